@@ -1,0 +1,3 @@
+from ibrl_bench.cli import main
+
+main()

@@ -1,0 +1,53 @@
+"""Panels: named, versioned lists of counterparts, kept as YAML in counterparts/panels/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ibrl_bench.agents.spec import parse_spec
+from ibrl_bench.errors import UserError
+
+
+class Panel(BaseModel):
+    version: int
+    name: str
+    domain: str
+    description: str = ""
+    members: list[str]
+
+
+def counterparts_dir() -> Path:
+    """$IBRL_BENCH_COUNTERPARTS, else ./counterparts, else the one next to the package source."""
+    env = os.environ.get("IBRL_BENCH_COUNTERPARTS")
+    if env:
+        return Path(env)
+    here = Path.cwd() / "counterparts"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[2] / "counterparts"
+
+
+def available_panels() -> list[str]:
+    folder = counterparts_dir() / "panels"
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_panel(name: str) -> Panel:
+    path = counterparts_dir() / "panels" / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(available_panels()) or "none found"
+        raise UserError(f"unknown panel {name!r} (looked in {path.parent}); available: {known}")
+    try:
+        panel = Panel.model_validate(yaml.safe_load(path.read_text()))
+    except (yaml.YAMLError, ValidationError) as e:
+        first = str(e).splitlines()[0]
+        raise UserError(f"{path} is not a valid panel ({first}); see counterparts/panels/ for the format") from None
+    if panel.name != name:
+        raise UserError(f"{path} names itself {panel.name!r}; the file name and `name` must match")
+    for spec in panel.members:
+        parse_spec(spec)
+    return panel

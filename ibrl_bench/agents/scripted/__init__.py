@@ -1,0 +1,30 @@
+"""Rule-based agents: offline, deterministic given the episode seed, speaking the text protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.errors import UserError
+
+
+def registry(domain: str) -> dict[str, type]:
+    if domain == "dealnodeal":
+        from ibrl_bench.agents.scripted.dealnodeal import NEGOTIATORS
+
+        return NEGOTIATORS
+    return {}
+
+
+def build_scripted(domain: str, name: str, params: dict[str, Any]) -> Agent:
+    agents = registry(domain)
+    if not agents:
+        raise UserError(f"no scripted agents for domain {domain!r}")
+    if name not in agents:
+        raise UserError(
+            f"unknown scripted agent {domain}/{name}; available: {', '.join(sorted(agents))}"
+        )
+    try:
+        return agents[name](**params)
+    except TypeError as e:
+        raise UserError(f"bad parameters for scripted:{domain}/{name}: {e}") from None

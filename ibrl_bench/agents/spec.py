@@ -1,0 +1,117 @@
+"""Agent specs: the one place that turns a string into an agent.
+
+Grammar: `KIND:TARGET[?key=value&key=value]`, for example
+
+    scripted:dealnodeal/boulware?beta=0.1   a rule-based agent (the domain may be left out)
+    python:my_pkg.agents:make_agent?temp=1   a user's own agent: module, then a factory or class
+    openai:MODEL@URL  litellm:MODEL  hf:PATH  vllm:PATH  card:NAME   model backends and cards
+
+Parameter values that read as numbers or booleans are converted; everything else stays a string.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from typing import Any
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.errors import UserError
+
+KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card")
+_PLANNED = {"openai", "litellm", "hf", "vllm", "card"}
+_SPEC_RE = re.compile(r"^(?P<kind>[a-z_]+):(?P<target>[^?\s]+)(?:\?(?P<query>\S*))?$")
+
+
+class AgentSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    target: str
+    params: dict[str, Any] = {}
+    text: str
+
+
+def _coerce(value: str) -> Any:
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_spec(text: str) -> AgentSpec:
+    text = text.strip()
+    m = _SPEC_RE.match(text)
+    if not m:
+        raise UserError(
+            f"malformed agent spec {text!r}; expected KIND:TARGET[?key=value], "
+            "e.g. scripted:dealnodeal/boulware"
+        )
+    kind, target, query = m["kind"], m["target"], m["query"] or ""
+    if kind not in KINDS:
+        raise UserError(f"unknown agent kind {kind!r} in {text!r}; known kinds: {', '.join(KINDS)}")
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise UserError(f"malformed parameters {query!r} in spec {text!r}; use key=value&key=value") from None
+    params = {k: _coerce(v) for k, v in pairs}
+    return AgentSpec(kind=kind, target=target, params=params, text=text)
+
+
+def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
+    """Make the agent a spec names, for a run of `domain`."""
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    if parsed.kind == "scripted":
+        agent = _scripted(parsed, domain)
+    elif parsed.kind == "python":
+        agent = _plugin(parsed)
+    else:
+        assert parsed.kind in _PLANNED
+        raise UserError(
+            f"agent kind {parsed.kind!r} ({parsed.text}) is not available in this version of "
+            "ibrl-bench; use scripted: or python:module:factory"
+        )
+    agent.spec = parsed.text
+    return agent
+
+
+def _scripted(spec: AgentSpec, domain: str) -> Agent:
+    from ibrl_bench.agents.scripted import build_scripted
+
+    agent_domain, _, name = spec.target.rpartition("/")
+    if agent_domain and agent_domain != domain:
+        raise UserError(f"{spec.text} is an agent for {agent_domain}, but this run plays {domain}")
+    return build_scripted(domain, name, dict(spec.params))
+
+
+def _plugin(spec: AgentSpec) -> Agent:
+    module_name, sep, attr = spec.target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"malformed plugin spec {spec.text!r}; expected python:package.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"cannot import {module_name!r} for {spec.text}: {e}") from None
+    factory = getattr(module, attr, None)
+    if factory is None or not callable(factory):
+        raise UserError(f"{module_name} has no callable {attr!r} (from {spec.text})")
+    try:
+        agent = factory(**spec.params)
+    except TypeError as e:
+        raise UserError(f"bad parameters for {spec.text}: {e}") from None
+    act = getattr(agent, "act", None)
+    if act is None or not inspect.iscoroutinefunction(act):
+        raise UserError(
+            f"{spec.text} returned {type(agent).__name__}, which has no `async def act(obs)`; "
+            "subclass ibrl_bench.agents.base.Agent"
+        )
+    return agent

@@ -1,0 +1,222 @@
+"""`ibrl-bench`: the command line. Thin: parses flags and calls into the modules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ibrl_bench import __version__
+from ibrl_bench.domains import DOMAINS
+from ibrl_bench.errors import UserError
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
+
+DEMO_DOMAIN = "dealnodeal"
+DEMO_POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat", "scripted:dealnodeal/fair"]
+DEMO_PANEL = "dealnodeal-scripted-heldout"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ibrl-bench")
+def cli() -> None:
+    """Cross-play benchmark harness for strategic dialogue agents."""
+
+
+@cli.command()
+@click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Game to play (default dealnodeal).")
+@click.option("--policy", "policies", multiple=True, metavar="SPEC", help="Policy under evaluation; repeatable.")
+@click.option("--counterpart", "counterparts", multiple=True, metavar="SPEC", help="Counterpart; repeatable.")
+@click.option("--panel", "panels", multiple=True, metavar="NAME", help="Add a panel's counterparts (counterparts/panels/NAME.yaml).")
+@click.option("--role", "roles", multiple=True, metavar="ROLE", help="Role(s) the policy plays (default: every role).")
+@click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
+@click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True, help="First N scenarios of the split.")
+@click.option("--contexts", type=click.Path(dir_okay=False), default=None, help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True, help="Seeds per scenario.")
+@click.option("--max-turns", type=click.IntRange(min=2), default=None, help="Message limit (domain default).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
+@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds one move may take.")
+@click.option("--fail-on-error", type=click.FloatRange(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
+              concurrency, retries, move_timeout, fail_on_error, out, quiet) -> None:
+    """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
+
+    With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
+    Rerunning with the same --out resumes: only missing (or errored) episodes are played.
+    """
+    from ibrl_bench.agents.panels import load_panel
+    from ibrl_bench.runner.crossplay import CrossplayConfig
+
+    domain = domain or DEMO_DOMAIN
+    if not policies and not counterparts and not panels:
+        policies, panels = DEMO_POLICIES, (DEMO_PANEL,)
+        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {DEMO_PANEL}[/dim]")
+    if not policies:
+        raise UserError("no --policy given; name at least one, e.g. --policy scripted:dealnodeal/boulware")
+    members = list(counterparts)
+    for name in panels:
+        panel = load_panel(name)
+        if panel.domain != domain:
+            raise UserError(f"panel {name} is for {panel.domain}, but this run plays {domain}")
+        members += panel.members
+    if not members:
+        raise UserError("no counterpart given; use --counterpart SPEC or --panel NAME")
+    config = CrossplayConfig(
+        domain=domain, policies=list(dict.fromkeys(policies)), counterparts=list(dict.fromkeys(members)),
+        roles=list(roles) or None, split=split, scenarios=scenarios, contexts_file=contexts, seeds=seeds,
+        max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
+        fail_on_error=fail_on_error,
+    )
+    out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    _run_crossplay(config, Path(out), quiet)
+
+
+def _run_crossplay(config, out: Path, quiet: bool) -> None:
+    from ibrl_bench.runner.crossplay import Crossplay, RunAborted
+
+    runner = Crossplay(config, out)
+    bar = Progress(
+        TextColumn("[bold]cross-play[/bold]"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+        console=err_console, disable=quiet, transient=False,
+    )
+    task = bar.add_task("episodes", total=runner.total(), errors=0)
+
+    announced = False
+
+    def on_progress(p) -> None:
+        nonlocal announced
+        if p.resumed and not announced:
+            err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done")
+        announced = True
+        bar.update(task, completed=p.done + p.errors, errors=p.errors)
+
+    aborted: RunAborted | None = None
+    with bar:
+        try:
+            asyncio.run(runner.run(on_progress))
+        except RunAborted as e:
+            aborted = e
+    results = _write_results(runner.store, runner.manifest(), runner.total())
+    _print_results(results, out)
+    if aborted:
+        raise aborted
+
+
+def _write_results(store, manifest, n_planned: int):
+    from ibrl_bench.stats.matrix import cells_table, summarize
+
+    results = summarize(
+        store.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set, n_planned=n_planned
+    )
+    store.write_text("results.json", results.model_dump_json(indent=2))
+    store.write_text("cells.csv", cells_table(results).to_csv(index=False))
+    return results
+
+
+def _print_results(results, out: Path) -> None:
+    from ibrl_bench.report.terminal import cells_table, methods_note
+
+    console.print(cells_table(results, title=f"{results.domain} · {results.scenario_set.get('split')} split · {out}"))
+    console.print(f"[dim]{methods_note(results)}[/dim]")
+    n_err = sum(c.n_errors for c in results.cells)
+    if n_err:
+        console.print(f"[yellow]{n_err} episodes ended in infrastructure errors and are not scored; "
+                      f"rerun with --out {out} to retry them[/yellow]")
+    console.print(f"results: {out / 'results.json'}, {out / 'cells.csv'}")
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+def show(run: str) -> None:
+    """Print the cell table of a run (recomputed from its episodes if it did not finish)."""
+    from ibrl_bench.runner.store import RunStore
+    from ibrl_bench.stats.matrix import Results
+
+    store = RunStore(run)
+    if not store.manifest_path.exists():
+        raise UserError(f"{run} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
+    results_path = store.folder / "results.json"
+    if results_path.exists():
+        results = Results.model_validate_json(results_path.read_text())
+    else:
+        manifest = store.read_manifest()
+        from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+
+        n_planned = Crossplay(CrossplayConfig.model_validate(manifest.config), run).total()
+        results = _write_results(store, manifest, n_planned)
+    _print_results(results, Path(run))
+
+
+@cli.command()
+@click.option("--domain", type=click.Choice(DOMAINS), default=DEMO_DOMAIN, show_default=True)
+@click.option("--policy", default="scripted:dealnodeal/boulware", show_default=True, metavar="SPEC")
+@click.option("--counterpart", default="scripted:dealnodeal/conceder", show_default=True, metavar="SPEC")
+@click.option("--role", default=None, help="Role of the policy (default: the domain's first role).")
+@click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
+@click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-turns", type=click.IntRange(min=2), default=None)
+def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) -> None:
+    """Play one episode and print it turn by turn."""
+    from ibrl_bench.agents.spec import build_agent
+    from ibrl_bench.domains import get_domain
+    from ibrl_bench.report.terminal import print_transcript
+    from ibrl_bench.runner.episode import play_episode
+
+    game = get_domain(domain)
+    role = role or game.roles[0]
+    other = game.other(role)
+    scenarios = game.scenario_set(split).scenarios
+    if scenario.isdigit():
+        if int(scenario) >= len(scenarios):
+            raise UserError(f"--scenario {scenario} is out of range; the {split} split has {len(scenarios)}")
+        chosen = scenarios[int(scenario)]
+    else:
+        chosen = next((s for s in scenarios if s.id == scenario), None)
+        if chosen is None:
+            raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
+    agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
+    console.print(f"[bold]{chosen.id}[/bold] {json.dumps(chosen.data)}  seed={seed}")
+    result = asyncio.run(play_episode(game, chosen, agents, seed, max_turns))
+    print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s",
+                        handlers=[RichHandler(console=err_console, show_path=False)])
+    try:
+        code = cli.main(args=argv, prog_name="ibrl-bench", standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
+        err_console.print(f"error: {e.format_message()}{hint}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.ClickException as e:
+        err_console.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except click.Abort:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err_console.print("interrupted; rerun the same command with the same --out to resume")
+        sys.exit(130)
+    except UserError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""The games. `get_domain(name)` is the one way to get a domain from its name."""
+
+from __future__ import annotations
+
+from ibrl_bench.domains.base import Domain
+from ibrl_bench.errors import UserError
+
+
+def _dealnodeal() -> Domain:
+    from ibrl_bench.domains.dealnodeal.game import DealOrNoDeal
+
+    return DealOrNoDeal()
+
+
+_FACTORIES = {"dealnodeal": _dealnodeal}
+DOMAINS = tuple(_FACTORIES)
+
+
+def get_domain(name: str) -> Domain:
+    try:
+        return _FACTORIES[name]()
+    except KeyError:
+        raise UserError(f"unknown domain {name!r}; available: {', '.join(DOMAINS)}") from None

@@ -1,0 +1,259 @@
+"""The cross-play matrix: policies x counterparts x roles of the policy x scenarios x seeds.
+
+Episodes run concurrently under one asyncio semaphore-sized worker pool. Each finished episode is
+appended to the run log at once, so a killed run resumes without repeating or losing any.
+An exception from an agent is an infrastructure failure: the episode is retried from scratch
+(same seed) up to `retries` times, then recorded with status `error`, which no metric counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+
+from ibrl_bench import __version__
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.spec import build_agent, parse_spec
+from ibrl_bench.domains import get_domain
+from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, content_hash
+from ibrl_bench.errors import FatalAgentError, UserError
+from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
+
+
+class CrossplayConfig(BaseModel):
+    domain: str = "dealnodeal"
+    policies: list[str]
+    counterparts: list[str]
+    roles: list[str] | None = None  # roles the policy plays; None = every role of the domain
+    split: str = "test"
+    scenarios: int | None = 50  # the first N of the split; None = all
+    contexts_file: str | None = None  # Deal-or-NoDeal: a Lewis-format context file instead of a split
+    seeds: int = Field(1, ge=1)
+    max_turns: int | None = Field(None, ge=2)
+    concurrency: int = Field(16, ge=1)
+    retries: int = Field(2, ge=0)
+    move_timeout: float | None = Field(120.0, gt=0)
+    fail_on_error: float = Field(0.2, ge=0, le=1)  # stop when this share of episodes errs
+    min_episodes_for_fail: int = Field(10, ge=1)
+
+    @field_validator("policies", "counterparts")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one spec is needed")
+        return v
+
+
+@dataclass(frozen=True)
+class Job:
+    policy: str
+    counterpart: str
+    policy_role: Role
+    scenario: Scenario
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return episode_key(self.policy, self.counterpart, self.policy_role, self.scenario.id, self.seed)
+
+
+def episode_key(policy: str, counterpart: str, policy_role: str, scenario_id: str, seed: int) -> str:
+    return content_hash([policy, counterpart, policy_role, scenario_id, seed], 20)
+
+
+class RunAborted(UserError):
+    """The run stopped early; what finished is kept and the same command resumes it."""
+
+
+@dataclass
+class Progress:
+    """Counts the runner reports to whoever displays progress."""
+
+    total: int
+    done: int = 0  # finished this run or earlier (not errors)
+    errors: int = 0  # episodes recorded as error in this run
+    resumed: int = 0  # done before this run started
+
+
+class Crossplay:
+    def __init__(self, config: CrossplayConfig, out: str | Path):
+        self.config = config
+        self.domain: Domain = get_domain(config.domain)
+        for spec in [*config.policies, *config.counterparts]:
+            parse_spec(spec)  # fail on a malformed spec before anything is built or written
+        roles = config.roles or list(self.domain.roles)
+        for role in roles:
+            if role not in self.domain.roles:
+                raise UserError(
+                    f"unknown role {role!r} for {config.domain}; roles are {', '.join(self.domain.roles)}"
+                )
+        self.roles = roles
+        self.scenario_set = self._scenarios()
+        self.store = RunStore(out)
+        self.max_turns = config.max_turns or self.domain.default_max_turns
+        # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
+        self.agents = self._build_agents()
+
+    def _scenarios(self) -> ScenarioSet:
+        if self.config.contexts_file:
+            if self.config.domain != "dealnodeal":
+                raise UserError("--contexts is a Deal-or-NoDeal option (Lewis-format context files)")
+            from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
+
+            return load_lewis_contexts(self.config.contexts_file).head(self.config.scenarios)
+        return self.domain.scenario_set(self.config.split, self.config.scenarios)
+
+    def manifest(self) -> Manifest:
+        ss = self.scenario_set
+        identity = {
+            "domain": self.config.domain,
+            "split": ss.split,
+            "n_scenarios": len(ss.scenarios),
+            "scenario_set": ss.hash,
+            "policies": self.config.policies,
+            "counterparts": self.config.counterparts,
+            "roles": self.roles,
+            "seeds": list(range(self.config.seeds)),
+            "max_turns": self.max_turns,
+        }
+        return Manifest(
+            harness_version=__version__,
+            created_at=now_iso(),
+            domain=self.config.domain,
+            scenario_set={"version": ss.version, "split": ss.split, "hash": ss.hash, "n": len(ss.scenarios)},
+            identity=identity,
+            config=self.config.model_dump(),
+        )
+
+    def jobs(self) -> Iterator[Job]:
+        c = self.config
+        for policy, counterpart, role in itertools.product(c.policies, c.counterparts, self.roles):
+            for scenario in self.scenario_set.scenarios:
+                for seed in range(c.seeds):
+                    yield Job(policy, counterpart, role, scenario, seed)
+
+    def total(self) -> int:
+        c = self.config
+        return len(c.policies) * len(c.counterparts) * len(self.roles) * len(self.scenario_set.scenarios) * c.seeds
+
+    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
+        done = self.store.open(self.manifest())
+        pending = [job for job in self.jobs() if job.key not in done]
+        progress = Progress(total=self.total(), done=len(done), resumed=len(done))
+        report = on_progress or (lambda p: None)
+        report(progress)
+        agents = self.agents
+        queue: asyncio.Queue[Job] = asyncio.Queue()
+        for job in pending:
+            queue.put_nowait(job)
+        attempted = 0
+        abort: list[BaseException] = []
+
+        async def worker() -> None:
+            nonlocal attempted
+            while not abort:
+                try:
+                    job = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                try:
+                    record = await self._play(job, agents)
+                except FatalAgentError as e:
+                    abort.append(e)
+                    return
+                self.store.append(record)
+                attempted += 1
+                if record.outcome.status == "error":
+                    progress.errors += 1
+                else:
+                    progress.done += 1
+                report(progress)
+                if (
+                    attempted >= min(self.config.min_episodes_for_fail, len(pending))
+                    and progress.errors > self.config.fail_on_error * attempted
+                ):
+                    abort.append(
+                        RunAborted(
+                            f"stopped: {progress.errors} of {attempted} episodes failed with "
+                            f"infrastructure errors (last: {record.errors[-1]}); fix the backend and "
+                            "rerun the same command to resume, or raise --fail-on-error"
+                        )
+                    )
+                    return
+
+        try:
+            workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(pending)))]
+            await asyncio.gather(*workers)
+        finally:
+            self.store.close()
+            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+        if abort:
+            raise abort[0]
+        return progress
+
+    def _build_agents(self) -> dict[str, Agent]:
+        specs = dict.fromkeys([*self.config.policies, *self.config.counterparts])
+        return {spec: build_agent(spec, self.config.domain) for spec in specs}
+
+    async def _play(self, job: Job, agents: dict[str, Agent]) -> EpisodeRecord:
+        other = self.domain.other(job.policy_role)
+        seats = {job.policy_role: job.policy, other: job.counterpart}
+        errors: list[str] = []
+        started = time.perf_counter()
+        for attempt in range(1, self.config.retries + 2):
+            try:
+                result = await play_episode(
+                    self.domain,
+                    job.scenario,
+                    {role: agents[spec] for role, spec in seats.items()},
+                    job.seed,
+                    self.max_turns,
+                    self.config.move_timeout,
+                )
+            except FatalAgentError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any agent failure is infrastructure, by design
+                errors.append(_describe(e, self.config.move_timeout))
+                continue
+            return self._record(job, seats, result.state.transcript, result.outcome, attempt, errors,
+                                result.usage(), result.state.starter, started)
+        outcome = Outcome(status="error", rewards={r: 0.0 for r in self.domain.roles}, agreement=False,
+                          success=False, turns=0, detail=errors[-1])
+        return self._record(job, seats, [], outcome, self.config.retries + 1, errors, {}, None, started)
+
+    def _record(self, job: Job, seats: dict[Role, str], transcript: list, outcome: Outcome, attempts: int,
+                errors: list[str], usage: dict, starter: Role | None, started: float) -> EpisodeRecord:
+        return EpisodeRecord(
+            key=job.key,
+            domain=self.config.domain,
+            policy=job.policy,
+            counterpart=job.counterpart,
+            policy_role=job.policy_role,
+            agents=seats,
+            scenario_id=job.scenario.id,
+            scenario_hash=job.scenario.hash,
+            seed=job.seed,
+            starter=starter,
+            transcript=transcript,
+            outcome=outcome,
+            attempts=attempts,
+            errors=errors,
+            usage=usage,
+            finished_at=now_iso(),
+            duration_s=round(time.perf_counter() - started, 6),
+        )
+
+
+def _describe(e: BaseException, timeout: float | None) -> str:
+    if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
+        return f"TimeoutError: a move took longer than {timeout} s"
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"[:500]
+

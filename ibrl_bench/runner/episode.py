@@ -1,0 +1,57 @@
+"""The one dialogue loop: used by the cross-play runner and by the trainers' rollouts.
+
+Nothing else lives here: retries belong to the backends and the runner, scoring to the domain,
+persistence to the store. Any exception from an agent (or a move that outlasts `move_timeout`)
+propagates to the caller, which decides what an infrastructure failure means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.domains.base import Domain, GameState, Outcome, Role, Scenario
+
+
+@dataclass
+class EpisodeResult:
+    state: GameState
+    outcome: Outcome
+    replies: dict[Role, list[Reply]] = field(default_factory=dict)
+
+    def usage(self) -> dict[Role, Usage]:
+        totals: dict[Role, Usage] = {}
+        for role, replies in self.replies.items():
+            u = Usage()
+            for r in replies:
+                if r.usage:
+                    u.prompt_tokens += r.usage.prompt_tokens
+                    u.completion_tokens += r.usage.completion_tokens
+                    u.cost_usd += r.usage.cost_usd
+            totals[role] = u
+        return totals
+
+
+async def play_episode(
+    domain: Domain,
+    scenario: Scenario,
+    agents: Mapping[Role, Agent],
+    seed: int,
+    max_turns: int | None = None,
+    move_timeout: float | None = None,
+) -> EpisodeResult:
+    state = domain.start(scenario, seed, max_turns)
+    replies: dict[Role, list[Reply]] = {role: [] for role in domain.roles}
+    while not state.over:
+        movers = domain.to_move(state)
+        # Observe every mover before applying any move: simultaneous moves stay private.
+        observations = [domain.observe(state, role) for role in movers]
+        answers = await asyncio.gather(
+            *(asyncio.wait_for(agents[o.role].act(o), move_timeout) for o in observations)
+        )
+        for role, reply in zip(movers, answers):
+            replies[role].append(reply)
+            domain.apply(state, role, reply.text)
+    return EpisodeResult(state=state, outcome=domain.outcome(state), replies=replies)

@@ -1,0 +1,198 @@
+"""The run folder: manifest.json, the append-only episodes.jsonl, and resume.
+
+Durability: each finished episode is one JSON line handed to the kernel in a single unbuffered
+write, so a process killed at any moment (SIGKILL included) keeps every episode it reported
+finished. A kill in the middle of that write can leave a torn last line without its newline; it
+is detected and cut off when the run is reopened, and that episode runs again. fsync runs at most
+once a second and on close, which bounds what a power loss (not a process kill) can take.
+
+An episode whose status is `error` is recorded too, but does not count as done: a resumed run
+tries it again, and the newest record of a key wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ibrl_bench.agents.base import Usage
+from ibrl_bench.domains.base import Outcome, Role, Turn, content_hash
+from ibrl_bench.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+EPISODES = "episodes.jsonl"
+FORMAT = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class EpisodeRecord(BaseModel):
+    key: str
+    domain: str
+    policy: str
+    counterpart: str
+    policy_role: Role
+    agents: dict[Role, str]  # role -> spec
+    scenario_id: str
+    scenario_hash: str
+    seed: int
+    starter: Role | None = None
+    transcript: list[Turn]
+    outcome: Outcome
+    attempts: int = 1
+    errors: list[str] = []  # infrastructure failures of earlier (or all, if status is error) attempts
+    usage: dict[Role, Usage] = {}
+    finished_at: str
+    duration_s: float
+
+
+class Manifest(BaseModel):
+    format: int = FORMAT
+    harness_version: str
+    created_at: str
+    domain: str
+    scenario_set: dict[str, Any]  # version, split, hash, n
+    identity: dict[str, Any]  # what must match for a run folder to be resumed
+    config: dict[str, Any]  # the whole configuration, for the record
+
+    @property
+    def identity_hash(self) -> str:
+        return content_hash(self.identity)
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
+    return "unknown difference"
+
+
+class RunStore:
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.episodes_path = self.folder / EPISODES
+        self.manifest_path = self.folder / MANIFEST
+        self._fd: int | None = None
+        self._last_sync = 0.0
+
+    # -- opening ---------------------------------------------------------------------------
+    def open(self, manifest: Manifest) -> set[str]:
+        """Create the run folder or check it holds the same run; return the keys already done."""
+        if self.folder.exists() and not self.folder.is_dir():
+            raise UserError(f"--out {self.folder} is a file; give a folder for the run")
+        if self.manifest_path.exists():
+            old = self.read_manifest()
+            if old.identity != manifest.identity:
+                raise UserError(
+                    f"--out {self.folder} holds a run of a different configuration "
+                    f"({_first_difference(old.identity, manifest.identity)}); "
+                    "use another --out, or delete that folder to start over"
+                )
+        else:
+            if self.folder.exists() and any(self.folder.iterdir()):
+                raise UserError(
+                    f"--out {self.folder} is not empty and holds no {MANIFEST}; "
+                    "give a new or empty folder"
+                )
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.manifest_path, manifest.model_dump_json(indent=2))
+        self._repair_tail()
+        done = {k for k, r in self.latest().items() if r.outcome.status != "error"}
+        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return done
+
+    def read_manifest(self) -> Manifest:
+        try:
+            return Manifest.model_validate_json(self.manifest_path.read_text())
+        except (OSError, ValidationError, ValueError) as e:
+            first = str(e).splitlines()[0]
+            raise UserError(f"{self.manifest_path} is not a valid run manifest ({first})") from None
+
+    def _repair_tail(self) -> None:
+        """Cut a torn last line left by a kill during a write."""
+        if not self.episodes_path.exists():
+            return
+        with open(self.episodes_path, "rb+") as f:
+            data = f.read()
+            if not data:
+                return
+            end = len(data)
+            cut = data.rfind(b"\n") + 1 if not data.endswith(b"\n") else end
+            if cut == end:
+                # The last line is complete; it may still be undecodable if the write was torn
+                # after the newline of an earlier line (cannot happen with single writes, but a
+                # copied or hand-edited file can end that way).
+                start = data.rfind(b"\n", 0, end - 1) + 1
+                try:
+                    json.loads(data[start:end])
+                except ValueError:
+                    cut = start
+            if cut < end:
+                log.warning("dropped a torn last line of %s (%d bytes)", self.episodes_path, end - cut)
+                f.truncate(cut)
+
+    # -- reading ---------------------------------------------------------------------------
+    def records(self) -> list[EpisodeRecord]:
+        """Every record in file order."""
+        if not self.episodes_path.exists():
+            return []
+        out = []
+        with open(self.episodes_path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(EpisodeRecord.model_validate_json(line))
+                except (ValidationError, ValueError):
+                    if not line.endswith(b"\n"):
+                        continue  # torn tail of a run still being written or killed
+                    raise UserError(
+                        f"{self.episodes_path}:{lineno} is not a valid episode record; the run log "
+                        "was edited or corrupted: restore it, or move the folder away to start over"
+                    ) from None
+        return out
+
+    def latest(self) -> dict[str, EpisodeRecord]:
+        """The newest record per key (a later success supersedes an earlier error)."""
+        return {r.key: r for r in self.records()}
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, record: EpisodeRecord) -> None:
+        if self._fd is None:
+            raise RuntimeError("RunStore.append before open")
+        line = (record.model_dump_json() + "\n").encode()
+        written = os.write(self._fd, line)
+        if written != len(line):  # a short write on a full disk: fail loudly, resume repairs it
+            raise OSError(f"short write to {self.episodes_path} ({written} of {len(line)} bytes)")
+        now = time.monotonic()
+        if now - self._last_sync >= 1.0:
+            os.fsync(self._fd)
+            self._last_sync = now
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.folder / name
+        _atomic_write(path, text)
+        return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,113 @@
+"""From a run's episode records to the results of each cell of the matrix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+from pydantic import BaseModel
+
+from ibrl_bench import __version__
+from ibrl_bench.runner.store import EpisodeRecord
+from ibrl_bench.stats.cells import cell_counts, cell_metrics
+from ibrl_bench.stats.intervals import Interval
+
+CELL = ["policy", "counterpart", "policy_role"]
+
+
+class CellResult(BaseModel):
+    policy: str
+    counterpart: str
+    policy_role: str
+    n_episodes: int
+    n_errors: int
+    n_scored: int
+    n_scenarios: int
+    metrics: dict[str, Interval]
+
+
+class Results(BaseModel):
+    harness_version: str
+    domain: str
+    scenario_set: dict
+    confidence: float
+    complete: bool  # every planned episode finished without error
+    n_planned: int
+    cells: list[CellResult]
+
+
+def episodes_frame(records: Iterable[EpisodeRecord]) -> pd.DataFrame:
+    """One row per episode, from the policy's point of view."""
+    rows = []
+    for r in records:
+        other = next(role for role in r.agents if role != r.policy_role)
+        o = r.outcome
+        rows.append(
+            {
+                "key": r.key,
+                "policy": r.policy,
+                "counterpart": r.counterpart,
+                "policy_role": r.policy_role,
+                "scenario_id": r.scenario_id,
+                "seed": r.seed,
+                "status": o.status,
+                "agreement": o.agreement,
+                "success": o.success,
+                "policy_score": o.rewards.get(r.policy_role, 0.0),
+                "counterpart_score": o.rewards.get(other, 0.0),
+                "pareto_optimal": o.metrics.get("pareto_optimal"),
+                "policy_violated": r.policy_role in o.violators,
+                "turns": o.turns,
+                "attempts": r.attempts,
+            }
+        )
+    columns = ["key", *CELL, "scenario_id", "seed", "status", "agreement", "success", "policy_score",
+               "counterpart_score", "pareto_optimal", "policy_violated", "turns", "attempts"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def summarize(
+    records: Iterable[EpisodeRecord],
+    *,
+    domain: str,
+    scenario_set: dict,
+    n_planned: int,
+    confidence: float = 0.95,
+) -> Results:
+    frame = episodes_frame(records)
+    cells = []
+    for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
+        counts = cell_counts(group)
+        cells.append(
+            CellResult(
+                policy=policy,
+                counterpart=counterpart,
+                policy_role=role,
+                metrics=cell_metrics(group, confidence=confidence),
+                **counts,
+            )
+        )
+    n_scored = int((frame["status"] != "error").sum()) if len(frame) else 0
+    return Results(
+        harness_version=__version__,
+        domain=domain,
+        scenario_set=scenario_set,
+        confidence=confidence,
+        complete=n_scored == n_planned,
+        n_planned=n_planned,
+        cells=cells,
+    )
+
+
+def cells_table(results: Results) -> pd.DataFrame:
+    """Flat table for cells.csv: estimate, bounds and method of every metric."""
+    rows = []
+    for cell in results.cells:
+        row = cell.model_dump(exclude={"metrics"})
+        for name, iv in cell.metrics.items():
+            row[name] = iv.estimate
+            row[f"{name}_low"] = iv.low
+            row[f"{name}_high"] = iv.high
+            row[f"{name}_method"] = iv.method
+        rows.append(row)
+    return pd.DataFrame(rows)

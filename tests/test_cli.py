@@ -1,0 +1,131 @@
+"""The command line as a user runs it: real processes, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+
+def ibrl(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "ibrl_bench", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.mark.slow
+def test_crossplay_without_arguments_runs_the_demo(tmp_path):
+    proc = ibrl("crossplay", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    results = json.loads((run / "results.json").read_text())
+    assert len(results["cells"]) == 3 * 3 * 2
+    assert results["complete"] and results["scenario_set"]["split"] == "test"
+    assert "Success@1" in proc.stdout and "wilson" in proc.stdout
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["harness_version"] and manifest["scenario_set"]["hash"]
+    assert manifest["identity"]["counterparts"] == [
+        "scripted:dealnodeal/conceder", "scripted:dealnodeal/hardliner", "scripted:dealnodeal/random"]
+
+
+def test_crossplay_writes_the_documented_results(tmp_path):
+    out = tmp_path / "run"
+    proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/boulware",
+                "--role", "a", "--scenarios", "8", "--seeds", "2", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    (cell,) = results["cells"]
+    assert cell["policy"] == "scripted:dealnodeal/fair" and cell["policy_role"] == "a"
+    assert cell["n_episodes"] == 16 and cell["n_errors"] == 0
+    for name in ("agreement", "success_at_1", "policy_score", "counterpart_score", "pareto", "policy_invalid"):
+        m = cell["metrics"][name]
+        assert set(m) >= {"estimate", "low", "high", "method", "confidence"}
+        assert m["confidence"] == 0.95
+    assert "cluster bootstrap" in cell["metrics"]["agreement"]["method"]  # two seeds per scenario
+    rows = list(csv.DictReader((out / "cells.csv").open()))
+    assert len(rows) == 1 and float(rows[0]["agreement"]) == cell["metrics"]["agreement"]["estimate"]
+    assert len((out / "episodes.jsonl").read_text().splitlines()) == 16
+
+    shown = ibrl("show", str(out))
+    assert shown.returncode == 0 and "scripted:dealnodeal/fair" in shown.stdout
+
+    again = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart",
+                 "scripted:dealnodeal/boulware", "--role", "a", "--scenarios", "8", "--seeds", "2",
+                 "--out", str(out), "--quiet")
+    assert again.returncode == 0 and "16 of 16 episodes already done" in again.stderr
+
+
+def test_show_recomputes_a_run_that_never_finished(tmp_path):
+    out = tmp_path / "run"
+    assert ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/random",
+                "--scenarios", "3", "--out", str(out), "--quiet").returncode == 0
+    (out / "results.json").unlink()
+    proc = ibrl("show", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "results.json").read_text())["complete"]
+
+
+def test_play_prints_one_episode_turn_by_turn():
+    proc = ibrl("play", "--policy", "scripted:dealnodeal/boulware", "--counterpart", "scripted:dealnodeal/fair",
+                "--scenario", "3", "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "<propose>" in proc.stdout and "(private)" in proc.stdout and "outcome" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["crossplay", "--domain", "chess"], ["--domain", "chess"]),
+        (["crossplay", "--policy", "boulware", "--counterpart", "scripted:dealnodeal/fair"], ["malformed agent spec"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/nope", "--counterpart", "scripted:dealnodeal/fair"],
+         ["unknown scripted agent", "boulware"]),
+        (["crossplay", "--policy", "warp:x", "--counterpart", "scripted:dealnodeal/fair"], ["unknown agent kind"]),
+        (["crossplay", "--policy", "openai:gpt@http://127.0.0.1:9", "--counterpart", "scripted:dealnodeal/fair"],
+         ["not available in this version"]),
+        (["crossplay", "--policy", "python:no_such_module:f", "--counterpart", "scripted:dealnodeal/fair"],
+         ["cannot import"]),
+        (["crossplay", "--policy", "python:plugins:NotAnAgent", "--counterpart", "scripted:dealnodeal/fair"],
+         ["async def act"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/fair",
+          "--scenarios", "0"], ["--scenarios", "0"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/fair",
+          "--role", "seller"], ["unknown role", "seller"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair", "--panel", "nope"], ["unknown panel"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/fair",
+          "--contexts", "/nonexistent/ctx.txt"], ["cannot read context file"]),
+        (["crossplay", "--counterpart", "scripted:dealnodeal/fair"], ["no --policy"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair?beta=x&&", "--counterpart", "scripted:dealnodeal/fair"],
+         ["scripted:dealnodeal/fair"]),
+        (["crossplay", "--seeds", "-1"], ["--seeds"]),
+        (["show", "/nonexistent/run"], ["not a run folder"]),
+        (["play", "--scenario", "99999"], ["out of range"]),
+        (["crossplay", "--bogus-flag"], ["--bogus-flag"]),
+    ],
+)
+def test_bad_input_gets_one_clear_line(args, fragments, tmp_path):
+    assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
+
+
+def test_a_run_folder_of_another_configuration_is_refused(tmp_path):
+    out = str(tmp_path / "run")
+    base = ["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/random",
+            "--out", out, "--quiet"]
+    assert ibrl(*base, "--scenarios", "2").returncode == 0
+    assert_one_line_error(ibrl(*base, "--scenarios", "3"), "different configuration", "another --out")

@@ -1,0 +1,167 @@
+"""The cross-play runner and its run log: counts, errors, retries, resume, determinism."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ibrl_bench.errors import FatalAgentError, UserError
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
+from ibrl_bench.runner.store import RunStore
+from ibrl_bench.stats.matrix import summarize
+
+BOULWARE = "scripted:dealnodeal/boulware"
+CONCEDER = "scripted:dealnodeal/conceder"
+HARDLINER = "scripted:dealnodeal/hardliner"
+
+
+def run(tmp_path, name="run", **kw):
+    kw.setdefault("policies", [BOULWARE])
+    kw.setdefault("counterparts", [CONCEDER])
+    kw.setdefault("scenarios", 6)
+    config = CrossplayConfig(**kw)
+    runner = Crossplay(config, tmp_path / name)
+    progress = asyncio.run(runner.run())
+    return runner, progress
+
+
+def results_of(runner):
+    return summarize(runner.store.latest().values(), domain="dealnodeal", scenario_set={},
+                     n_planned=runner.total())
+
+
+def test_matrix_runs_every_planned_episode_once(tmp_path):
+    runner, progress = run(tmp_path, policies=[BOULWARE, HARDLINER], counterparts=[CONCEDER, BOULWARE],
+                           scenarios=5, seeds=2)
+    records = runner.store.records()
+    assert progress.total == runner.total() == 2 * 2 * 2 * 5 * 2 == len(records)
+    assert len({r.key for r in records}) == len(records)
+    cells = {(r.policy, r.counterpart, r.policy_role) for r in records}
+    assert len(cells) == 8
+    for r in records:
+        assert r.agents[r.policy_role] == r.policy
+        assert r.outcome.status in ("ok", "max_turns")
+        assert r.transcript and r.scenario_hash
+    res = results_of(runner)
+    assert len(res.cells) == 8 and res.complete
+    assert all(c.n_episodes == 10 and c.metrics["agreement"].n == 10 for c in res.cells)
+
+
+def test_retried_infrastructure_errors_do_not_change_the_outcome(tmp_path):
+    clean, _ = run(tmp_path, "clean", counterparts=[CONCEDER])
+    flaky, _ = run(tmp_path, "flaky", counterparts=["python:plugins:Flaky?fail=2&tag=retry"], retries=2)
+    by_game = lambda rs: sorted(rs, key=lambda r: (r.policy_role, r.scenario_id, r.seed))  # noqa: E731
+    for a, b in zip(by_game(clean.store.records()), by_game(flaky.store.records()), strict=True):
+        assert b.attempts == 3 and len(b.errors) == 2 and "ConnectionError" in b.errors[0]
+        assert b.outcome == a.outcome
+        assert [t.text for t in b.transcript] == [t.text for t in a.transcript]
+
+
+def test_error_episodes_are_recorded_but_never_scored_as_losses(tmp_path):
+    runner, progress = run(tmp_path, counterparts=[CONCEDER, "python:plugins:Broken"], retries=1,
+                           fail_on_error=1.0)
+    assert progress.errors == 12 and progress.done == 12
+    res = results_of(runner)
+    broken = [c for c in res.cells if c.counterpart == "python:plugins:Broken"]
+    fine = [c for c in res.cells if c.counterpart == CONCEDER]
+    for cell in broken:
+        assert cell.n_errors == 6 and cell.n_scored == 0
+        assert cell.metrics["agreement"].estimate is None, "an error must not count as a failed negotiation"
+        assert cell.metrics["policy_score"].estimate is None
+    for cell in fine:
+        assert cell.n_errors == 0 and cell.metrics["agreement"].estimate is not None
+    errors = [r for r in runner.store.records() if r.outcome.status == "error"]
+    assert all(r.attempts == 2 and "endpoint down" in r.outcome.detail for r in errors)
+    assert not res.complete
+
+
+def test_a_hanging_agent_times_out_into_an_error_episode(tmp_path):
+    runner, progress = run(tmp_path, counterparts=["python:plugins:Hang"], scenarios=2, retries=0,
+                           move_timeout=0.05, fail_on_error=1.0)
+    records = runner.store.records()
+    assert progress.errors == 4
+    assert all(r.outcome.status == "error" and "TimeoutError" in r.errors[0] for r in records)
+
+
+def test_broken_infrastructure_stops_the_run_with_a_clear_message(tmp_path):
+    with pytest.raises(RunAborted, match=r"infrastructure errors.*rerun the same command"):
+        run(tmp_path, counterparts=["python:plugins:Broken"], scenarios=20, retries=0, concurrency=2)
+    records = RunStore(tmp_path / "run").records()
+    assert 10 <= len(records) < 40, "stopped early, and what ran is kept"
+
+
+def test_a_fatal_agent_error_stops_the_run_at_once(tmp_path):
+    with pytest.raises(FatalAgentError, match="rejected the key"):
+        run(tmp_path, counterparts=["python:plugins:BadKey"], scenarios=20, concurrency=1)
+    assert RunStore(tmp_path / "run").records() == []
+
+
+def test_rerun_of_a_finished_run_plays_nothing(tmp_path):
+    runner, _ = run(tmp_path)
+    before = runner.store.episodes_path.read_bytes()
+    again, progress = run(tmp_path)
+    assert progress.resumed == progress.total == 12
+    assert again.store.episodes_path.read_bytes() == before
+
+
+def test_resume_retries_only_error_episodes(tmp_path):
+    spec = "python:plugins:Flaky?fail=1&tag=resume"
+    first, p1 = run(tmp_path, counterparts=[spec], retries=0, fail_on_error=1.0)
+    assert p1.errors == 12
+    second, p2 = run(tmp_path, counterparts=[spec], retries=0, fail_on_error=1.0)
+    assert p2.resumed == 0 and p2.errors == 0 and p2.done == 12
+    records = second.store.records()
+    assert len(records) == 24  # append-only: 12 error records, then 12 successes
+    latest = second.store.latest()
+    assert len(latest) == 12 and all(r.outcome.status != "error" for r in latest.values())
+
+
+def test_a_folder_with_another_configuration_is_refused(tmp_path):
+    run(tmp_path)
+    with pytest.raises(UserError, match=r"different configuration \(policies"):
+        run(tmp_path, policies=[HARDLINER])
+    with pytest.raises(UserError, match=r"different configuration \(n_scenarios: 6 there, 7 now"):
+        run(tmp_path, scenarios=7)
+    # Settings that do not change the episodes do not block a resume.
+    run(tmp_path, concurrency=3, retries=5)
+
+
+def test_a_torn_last_line_is_dropped_and_that_episode_runs_again(tmp_path):
+    runner, _ = run(tmp_path)
+    path = runner.store.episodes_path
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    again, progress = run(tmp_path)
+    assert progress.resumed == 11 and progress.done == 12
+    new = path.read_bytes().splitlines(keepends=True)
+    assert new[:11] == lines[:11] and len(new) == 12
+    assert json.loads(new[-1])["key"] == json.loads(lines[-1])["key"]
+
+
+def test_a_corrupt_line_in_the_middle_is_a_clear_error(tmp_path):
+    runner, _ = run(tmp_path)
+    path = runner.store.episodes_path
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[3] = b'{"not": "a record"}\n'
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(UserError, match=r"episodes.jsonl:4 is not a valid episode record"):
+        run(tmp_path)
+
+
+def test_scripted_runs_are_deterministic(tmp_path):
+    a, _ = run(tmp_path, "a", counterparts=["scripted:dealnodeal/random"], concurrency=1, seeds=2)
+    b, _ = run(tmp_path, "b", counterparts=["scripted:dealnodeal/random"], concurrency=8, seeds=2)
+    dump = lambda rs: sorted(  # noqa: E731
+        json.dumps(r.model_dump(exclude={"finished_at", "duration_s"}), sort_keys=True) for r in rs
+    )
+    assert dump(a.store.records()) == dump(b.store.records())
+
+
+def test_bad_configuration_is_refused_before_the_disk_is_touched(tmp_path):
+    with pytest.raises(UserError, match="unknown role"):
+        Crossplay(CrossplayConfig(policies=[BOULWARE], counterparts=[CONCEDER], roles=["seller"]), tmp_path / "x")
+    with pytest.raises(UserError, match="malformed agent spec"):
+        Crossplay(CrossplayConfig(policies=["boulware"], counterparts=[CONCEDER]), tmp_path / "x")
+    assert not (tmp_path / "x").exists()

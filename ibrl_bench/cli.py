@@ -19,6 +19,8 @@ from ibrl_bench.domains import DOMAINS
 from ibrl_bench.errors import UserError
 
 console = Console()
+if not console.is_terminal:
+    console = Console(width=160)  # a pipe or a log file has no width to fit; keep table rows whole
 err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
 
 DEMO_DOMAIN = "dealnodeal"
@@ -129,7 +131,8 @@ def _write_results(store, manifest, n_planned: int):
 def _print_results(results, out: Path) -> None:
     from ibrl_bench.report.terminal import cells_table, methods_note
 
-    console.print(cells_table(results, title=f"{results.domain} · {results.scenario_set.get('split')} split · {out}"))
+    title = f"{results.domain} · {results.scenario_set.get('split')} split · {out}"
+    console.print(cells_table(results, title=title, width=console.width))
     console.print(f"[dim]{methods_note(results)}[/dim]")
     n_err = sum(c.n_errors for c in results.cells)
     if n_err:

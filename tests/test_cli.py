@@ -64,7 +64,7 @@ def test_crossplay_writes_the_documented_results(tmp_path):
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 16
 
     shown = ibrl("show", str(out))
-    assert shown.returncode == 0 and "scripted:dealnodeal/fair" in shown.stdout
+    assert shown.returncode == 0 and " fair " in shown.stdout and " boulware " in shown.stdout
 
     again = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart",
                  "scripted:dealnodeal/boulware", "--role", "a", "--scenarios", "8", "--seeds", "2",

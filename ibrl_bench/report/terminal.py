@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -13,37 +14,58 @@ from ibrl_bench.stats.matrix import Results
 COLUMNS = [
     ("success_at_1", "Success@1", True),
     ("agreement", "agreement", True),
-    ("policy_score", "policy score", False),
-    ("counterpart_score", "counterpart score", False),
-    ("pareto", "Pareto (of deals)", True),
-    ("policy_invalid", "policy invalid", True),
+    ("policy_score", "score", False),
+    ("counterpart_score", "cpt score", False),
+    ("pareto", "Pareto", True),
+    ("policy_invalid", "invalid", True),
 ]
 
 
-def fmt(iv: Interval | None, percent: bool) -> str:
+def fmt(iv: Interval | None, percent: bool, stacked: bool = False) -> str:
+    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores; the interval on a second
+    line when `stacked` (narrow terminals)."""
     if iv is None or iv.estimate is None:
         return "n/a"
-    scale, spec = (100, ".0f") if percent else (1, ".2f")
+    scale, spec = (100, ".0f") if percent else (1, ".1f")
     est = format(iv.estimate * scale, spec)
     if iv.low is None or iv.high is None:
         return est
-    return f"{est} [{format(iv.low * scale, spec)}, {format(iv.high * scale, spec)}]"
+    sep = "\n" if stacked else " "
+    return f"{est}{sep}[{format(iv.low * scale, spec)}-{format(iv.high * scale, spec)}]"
 
 
-def cells_table(results: Results, title: str | None = None) -> Table:
-    table = Table(title=title, header_style="bold", show_lines=False)
-    for name in ("policy", "counterpart", "role", "n", "err"):
-        table.add_column(name, no_wrap=name in ("role", "n", "err"), justify="right" if name in ("n", "err") else "left")
-    for _, title_, _ in COLUMNS:
-        table.add_column(title_, justify="right")
+def short(spec: str, domain: str) -> str:
+    """Scripted agents of the run's own domain by name alone; other specs as given."""
+    return spec.removeprefix(f"scripted:{domain}/")
+
+
+def cells_table(results: Results, title: str | None = None, width: int = 160) -> Table:
+    columns = list(COLUMNS)
+    # In games where Success@1 is agreement (Deal-or-NoDeal), one column says it all.
+    if all(c.metrics.get("agreement") == c.metrics.get("success_at_1") for c in results.cells):
+        columns = [col for col in columns if col[0] != "agreement"]
+    columns_err = any(c.n_errors for c in results.cells)
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                  show_lines=width < 120)
+    stacked = width < 120
+    if stacked:  # below 120 columns: intervals under the estimates, and no counterpart score
+        columns = [col for col in columns if col[0] != "counterpart_score"]
+    table.add_column("policy", overflow="fold", min_width=11)
+    table.add_column("counterpart", overflow="fold", min_width=11)
+    table.add_column("role", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    if columns_err:
+        table.add_column("err", justify="right", no_wrap=True)
+    for _, heading, _ in columns:
+        table.add_column(heading, justify="right", no_wrap=not stacked)
     for cell in results.cells:
         table.add_row(
-            cell.policy,
-            cell.counterpart,
+            short(cell.policy, results.domain),
+            short(cell.counterpart, results.domain),
             cell.policy_role,
             str(cell.n_scored),
-            str(cell.n_errors) if cell.n_errors else "",
-            *(fmt(cell.metrics.get(key), pct) for key, _, pct in COLUMNS),
+            *([str(cell.n_errors) if cell.n_errors else ""] if columns_err else []),
+            *(fmt(cell.metrics.get(key), pct, stacked) for key, _, pct in columns),
         )
     return table
 
@@ -51,7 +73,7 @@ def cells_table(results: Results, title: str | None = None) -> Table:
 def methods_note(results: Results) -> str:
     methods = sorted({iv.method for c in results.cells for iv in c.metrics.values() if iv.low is not None})
     level = f"{results.confidence:.0%}"
-    return f"{level} intervals; rates in %; methods: {'; '.join(methods) or 'none'}"
+    return f"{level} intervals; rates in %, scores of the policy (cpt: counterpart); methods: {'; '.join(methods) or 'none'}"
 
 
 def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome, labels: dict[str, str]) -> None:

@@ -83,3 +83,38 @@ def die_after(n: int = 5):
             return Reply(text="hello")
 
     return Dier()
+
+
+class Spy(Agent):
+    """Plays like a scripted agent and keeps every observation it was shown."""
+
+    seen: list = []
+
+    def __init__(self, name: str = "fair"):
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+
+    async def act(self, obs):
+        Spy.seen.append(obs)
+        return await self.inner.act(obs)
+
+
+class HangInSelect(Agent):
+    """Talks normally, then never states its split: the other side's move must be cancelled too."""
+
+    def __init__(self):
+        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+
+    async def act(self, obs):
+        if obs.phase == "select":
+            await asyncio.sleep(3600)
+        return await self.inner.act(obs)
+
+
+class FailInSelect(Agent):
+    def __init__(self):
+        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+
+    async def act(self, obs):
+        if obs.phase == "select":
+            raise ConnectionError("simulated: dropped during the split")
+        return await self.inner.act(obs)

@@ -165,3 +165,25 @@ def test_bad_configuration_is_refused_before_the_disk_is_touched(tmp_path):
     with pytest.raises(UserError, match="malformed agent spec"):
         Crossplay(CrossplayConfig(policies=["boulware"], counterparts=[CONCEDER]), tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_agents_see_only_their_own_private_information(tmp_path):
+    from plugins import Spy
+
+    Spy.seen.clear()
+    runner, _ = run(tmp_path, policies=["python:plugins:Spy"], counterparts=[HARDLINER], scenarios=10)
+    scenarios = {s.id: s for s in runner.scenario_set.scenarios}
+    assert len(Spy.seen) > 40
+    for obs in Spy.seen:
+        values = scenarios[obs.scenario_id].data["values"]
+        assert obs.private["values"] == values[obs.role]
+        assert set(obs.private) == {"items", "counts", "values"}
+        assert all("<split" not in m.text.lower() for m in obs.dialogue), "a private split leaked"
+    assert {o.phase for o in Spy.seen} == {"talk", "select"}
+
+
+def test_a_move_that_hangs_in_the_simultaneous_phase_is_an_error_not_a_leak(tmp_path):
+    runner, progress = run(tmp_path, counterparts=["python:plugins:HangInSelect"], scenarios=2, retries=0,
+                           move_timeout=0.2, fail_on_error=1.0)
+    assert progress.errors == 4
+    assert all("TimeoutError" in r.errors[0] for r in runner.store.records())

@@ -48,10 +48,20 @@ async def play_episode(
         movers = domain.to_move(state)
         # Observe every mover before applying any move: simultaneous moves stay private.
         observations = [domain.observe(state, role) for role in movers]
-        answers = await asyncio.gather(
-            *(asyncio.wait_for(agents[o.role].act(o), move_timeout) for o in observations)
-        )
+        answers = await _all(asyncio.wait_for(agents[o.role].act(o), move_timeout) for o in observations)
         for role, reply in zip(movers, answers):
             replies[role].append(reply)
             domain.apply(state, role, reply.text)
     return EpisodeResult(state=state, outcome=domain.outcome(state), replies=replies)
+
+
+async def _all(coros) -> list[Reply]:
+    """Await simultaneous moves; if one fails, cancel the others instead of leaving them running."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ibrl_bench.agents.base import Agent, Reply
 from ibrl_bench.domains.base import Observation
@@ -101,6 +102,7 @@ class View:
         return max(ok, key=lambda s: (round(self.opp_utility(s), 6), self.utility(s), s))
 
 
+@lru_cache(maxsize=8192)  # each call re-reads the whole dialogue; parse every message once
 def _proposal(text: str, counts: Vec) -> Vec | None:
     take = parse_proposal(text, counts)
     if take is None or len(take) != 3 or any(not 0 <= n <= c for n, c in zip(take, counts)):

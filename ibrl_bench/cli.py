@@ -100,8 +100,11 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
 
     def on_progress(p) -> None:
         nonlocal announced
-        if p.resumed and not announced:
-            err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done")
+        if not announced:  # the first report comes once the run folder is open
+            if p.resumed:
+                err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
+            else:
+                err_console.print(f"run folder: {out}", highlight=False)
         announced = True
         bar.update(task, completed=p.done + p.errors, errors=p.errors)
 
@@ -111,6 +114,8 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
             asyncio.run(runner.run(on_progress))
         except RunAborted as e:
             aborted = e
+        except KeyboardInterrupt:
+            aborted = RunAborted(f"interrupted; finished episodes are kept in {out}: rerun with --out {out} to resume")
     results = _write_results(runner.store, runner.manifest(), runner.total())
     _print_results(results, out)
     if aborted:
@@ -138,6 +143,8 @@ def _print_results(results, out: Path) -> None:
     if n_err:
         console.print(f"[yellow]{n_err} episodes ended in infrastructure errors and are not scored; "
                       f"rerun with --out {out} to retry them[/yellow]")
+        for message, count in results.error_kinds.items():
+            console.print(f"  {count} x {message}", markup=False, highlight=False)
     console.print(f"results: {out / 'results.json'}, {out / 'cells.csv'}")
 
 
@@ -155,11 +162,10 @@ def show(run: str) -> None:
     if results_path.exists():
         results = Results.model_validate_json(results_path.read_text())
     else:
-        manifest = store.read_manifest()
-        from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+        from ibrl_bench.runner.crossplay import planned_episodes
 
-        n_planned = Crossplay(CrossplayConfig.model_validate(manifest.config), run).total()
-        results = _write_results(store, manifest, n_planned)
+        manifest = store.read_manifest()
+        results = _write_results(store, manifest, planned_episodes(manifest.identity))
     _print_results(results, Path(run))
 
 

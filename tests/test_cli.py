@@ -129,3 +129,26 @@ def test_a_run_folder_of_another_configuration_is_refused(tmp_path):
             "--out", out, "--quiet"]
     assert ibrl(*base, "--scenarios", "2").returncode == 0
     assert_one_line_error(ibrl(*base, "--scenarios", "3"), "different configuration", "another --out")
+
+
+def test_infrastructure_errors_are_reported_not_scored(tmp_path):
+    out = tmp_path / "run"
+    proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "python:plugins:Broken",
+                "--counterpart", "scripted:dealnodeal/random", "--scenarios", "4", "--retries", "1",
+                "--fail-on-error", "1", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "8 episodes ended in infrastructure errors" in proc.stdout
+    assert "8 x ConnectionResetError: simulated: endpoint down" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    broken = [c for c in results["cells"] if c["counterpart"] == "python:plugins:Broken"]
+    assert all(c["n_errors"] == 4 and c["metrics"]["agreement"]["estimate"] is None for c in broken)
+    assert not results["complete"]
+
+
+def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(tmp_path):
+    out = tmp_path / "run"
+    proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "python:plugins:Broken",
+                "--scenarios", "30", "--retries", "0", "--concurrency", "1", "--out", str(out), "--quiet")
+    assert proc.returncode == 2
+    assert "infrastructure errors" in proc.stderr and "rerun the same command" in proc.stderr
+    assert json.loads((out / "results.json").read_text())["complete"] is False

@@ -64,6 +64,12 @@ class Job:
         return episode_key(self.policy, self.counterpart, self.policy_role, self.scenario.id, self.seed)
 
 
+def planned_episodes(identity: dict) -> int:
+    """How many episodes a run of this identity (see `Crossplay.manifest`) plays in all."""
+    i = identity
+    return len(i["policies"]) * len(i["counterparts"]) * len(i["roles"]) * i["n_scenarios"] * len(i["seeds"])
+
+
 def episode_key(policy: str, counterpart: str, policy_role: str, scenario_id: str, seed: int) -> str:
     return content_hash([policy, counterpart, policy_role, scenario_id, seed], 20)
 
@@ -140,8 +146,7 @@ class Crossplay:
                     yield Job(policy, counterpart, role, scenario, seed)
 
     def total(self) -> int:
-        c = self.config
-        return len(c.policies) * len(c.counterparts) * len(self.roles) * len(self.scenario_set.scenarios) * c.seeds
+        return planned_episodes(self.manifest().identity)
 
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         done = self.store.open(self.manifest())

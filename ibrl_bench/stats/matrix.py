@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 import pandas as pd
@@ -33,6 +34,7 @@ class Results(BaseModel):
     confidence: float
     complete: bool  # every planned episode finished without error
     n_planned: int
+    error_kinds: dict[str, int] = {}  # the final error of each error episode, most common first
     cells: list[CellResult]
 
 
@@ -74,7 +76,9 @@ def summarize(
     n_planned: int,
     confidence: float = 0.95,
 ) -> Results:
+    records = list(records)
     frame = episodes_frame(records)
+    kinds = Counter(r.outcome.detail or "unknown" for r in records if r.outcome.status == "error")
     cells = []
     for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
         counts = cell_counts(group)
@@ -95,6 +99,7 @@ def summarize(
         confidence=confidence,
         complete=n_scored == n_planned,
         n_planned=n_planned,
+        error_kinds=dict(kinds.most_common(10)),
         cells=cells,
     )
 

@@ -54,7 +54,7 @@ def test_crossplay_writes_the_documented_results(tmp_path):
     (cell,) = results["cells"]
     assert cell["policy"] == "scripted:dealnodeal/fair" and cell["policy_role"] == "a"
     assert cell["n_episodes"] == 16 and cell["n_errors"] == 0
-    for name in ("agreement", "success_at_1", "policy_score", "counterpart_score", "pareto", "policy_invalid"):
+    for name in ("agreement", "success_at_1", "policy_score", "counterpart_score", "pareto_optimal", "policy_invalid"):
         m = cell["metrics"][name]
         assert set(m) >= {"estimate", "low", "high", "method", "confidence"}
         assert m["confidence"] == 0.95

@@ -7,7 +7,7 @@ import pytest
 
 from ibrl_bench.stats.cells import cell_counts, cell_metrics
 
-KEYS = {"agreement", "success_at_1", "policy_score", "counterpart_score", "pareto", "invalid",
+KEYS = {"agreement", "success_at_1", "policy_score", "counterpart_score", "pareto_optimal", "invalid",
         "policy_invalid", "max_turns"}
 
 
@@ -18,7 +18,7 @@ def episode(scenario: str, seed: int = 0, status: str = "ok", agreement: bool = 
     return {
         "scenario_id": scenario, "seed": seed, "status": status, "agreement": agreement,
         "success": agreement, "policy_score": score, "counterpart_score": other,
-        "pareto_optimal": pareto if agreement else None, "policy_violated": violated,
+        "m_pareto_optimal": pareto if agreement else None, "policy_violated": violated,
     }
 
 
@@ -56,8 +56,8 @@ def test_pareto_is_among_agreements_only():
             episode("s4", pareto=True)]
     rows += [episode(f"n{i}", agreement=False, status="max_turns") for i in range(4)]
     m = cell_metrics(frame(rows))
-    assert m["pareto"].estimate == pytest.approx(3 / 4)   # not 3/8
-    assert m["pareto"].n == 4
+    assert m["pareto_optimal"].estimate == pytest.approx(3 / 4)   # not 3/8
+    assert m["pareto_optimal"].n == 4
     assert m["agreement"].estimate == pytest.approx(4 / 8)
     assert m["max_turns"].estimate == pytest.approx(4 / 8)
 
@@ -126,3 +126,12 @@ def test_bad_tables_fail_clearly():
     bad = df.assign(status="timeout")
     with pytest.raises(ValueError, match="timeout"):
         cell_metrics(bad)
+
+
+def test_numeric_domain_metrics_are_means_over_episodes_where_defined():
+    rows = [episode("s1"), episode("s2"), episode("s3", agreement=False), episode("s4", status="error")]
+    for row, margin in zip(rows, [0.2, 0.4, None, 9.0]):
+        row["m_margin"] = margin
+    m = cell_metrics(frame(rows))
+    assert m["margin"].estimate == pytest.approx(0.3)  # the error row and the undefined one are out
+    assert m["margin"].n == 2 and "bootstrap" in m["margin"].method

@@ -16,7 +16,7 @@ COLUMNS = [
     ("agreement", "agreement", True),
     ("policy_score", "score", False),
     ("counterpart_score", "cpt score", False),
-    ("pareto", "Pareto", True),
+    ("pareto_optimal", "Pareto", True),
     ("policy_invalid", "invalid", True),
 ]
 

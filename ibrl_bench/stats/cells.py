@@ -8,6 +8,7 @@ failure; `cell_counts` reports how many there were. Every metric is clustered by
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ibrl_bench.domains.base import STATUSES
@@ -15,8 +16,12 @@ from ibrl_bench.stats.intervals import Interval, mean_interval, rate_interval
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "scenario_id", "seed", "status", "agreement", "success", "policy_score",
-    "counterpart_score", "pareto_optimal", "policy_violated",
+    "counterpart_score", "policy_violated",
 )
+# Columns named `m_<name>` carry a domain's own per-episode metrics (Outcome.metrics): booleans
+# become rates, numbers means, each over the scored episodes where the domain gave a value (None
+# means "not defined here", e.g. Pareto optimality without a deal).
+DOMAIN_PREFIX = "m_"
 
 
 def _validate(df: pd.DataFrame) -> None:
@@ -54,11 +59,11 @@ def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 
                  seed: int = 0) -> dict[str, Interval]:
     """Rates and mean scores of one cell, each with a scenario-clustered interval.
 
-    Keys: agreement, success_at_1, policy_score, counterpart_score, pareto (share of Pareto-optimal
-    deals among agreements), invalid (any player broke the protocol), policy_invalid (the policy
-    did), max_turns. Denominators are the non-error episodes, except `pareto`, whose denominator
-    is the agreements. An empty cell (or one with only errors) gives intervals whose estimate is
-    None.
+    Keys: agreement, success_at_1, policy_score, counterpart_score, invalid (any player broke the
+    protocol), policy_invalid (the policy did), max_turns, and one per domain metric column
+    (`m_pareto_optimal` -> `pareto_optimal`). Denominators are the non-error episodes, except for
+    domain metrics, whose denominators are the episodes where the metric is defined. An empty
+    cell (or one with only errors) gives intervals whose estimate is None.
     """
     _validate(df)
     scored = _scored(df)
@@ -71,17 +76,20 @@ def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 
     def mean(col: str) -> Interval:
         return mean_interval(scored[col].to_numpy(dtype=float), clusters, **kw)
 
-    # Pareto optimality only has a meaning for a deal: condition on agreement. A deal whose
-    # optimality is unknown (None) is left out rather than guessed.
-    deals = scored[scored["agreement"].astype(bool) & scored["pareto_optimal"].notna()]
-
-    return {
+    metrics = {
         "agreement": rate(scored["agreement"]),
         "success_at_1": rate(scored["success"]),
         "policy_score": mean("policy_score"),
         "counterpart_score": mean("counterpart_score"),
-        "pareto": rate(deals["pareto_optimal"], deals["scenario_id"].astype(str).to_numpy()),
         "invalid": rate(scored["status"] == "invalid"),
         "policy_invalid": rate(scored["policy_violated"]),
         "max_turns": rate(scored["status"] == "max_turns"),
     }
+    for col in sorted(c for c in df.columns if c.startswith(DOMAIN_PREFIX)):
+        defined = scored[scored[col].notna()]
+        values, groups = defined[col], defined["scenario_id"].astype(str).to_numpy()
+        if all(isinstance(v, (bool, np.bool_)) for v in values):
+            metrics[col[len(DOMAIN_PREFIX):]] = rate(values, groups)
+        else:
+            metrics[col[len(DOMAIN_PREFIX):]] = mean_interval(values.to_numpy(dtype=float), groups, **kw)
+    return metrics

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from ibrl_bench import __version__
 from ibrl_bench.runner.store import EpisodeRecord
-from ibrl_bench.stats.cells import cell_counts, cell_metrics
+from ibrl_bench.stats.cells import DOMAIN_PREFIX, cell_counts, cell_metrics
 from ibrl_bench.stats.intervals import Interval
 
 CELL = ["policy", "counterpart", "policy_role"]
@@ -57,15 +57,16 @@ def episodes_frame(records: Iterable[EpisodeRecord]) -> pd.DataFrame:
                 "success": o.success,
                 "policy_score": o.rewards.get(r.policy_role, 0.0),
                 "counterpart_score": o.rewards.get(other, 0.0),
-                "pareto_optimal": o.metrics.get("pareto_optimal"),
                 "policy_violated": r.policy_role in o.violators,
                 "turns": o.turns,
                 "attempts": r.attempts,
+                **{f"{DOMAIN_PREFIX}{k}": v for k, v in o.metrics.items()},
             }
         )
     columns = ["key", *CELL, "scenario_id", "seed", "status", "agreement", "success", "policy_score",
-               "counterpart_score", "pareto_optimal", "policy_violated", "turns", "attempts"]
-    return pd.DataFrame(rows, columns=columns)
+               "counterpart_score", "policy_violated", "turns", "attempts"]
+    extra = sorted({k for row in rows for k in row} - set(columns))
+    return pd.DataFrame(rows, columns=columns + extra)
 
 
 def summarize(

@@ -23,7 +23,16 @@ from ibrl_bench.agents.base import Agent
 from ibrl_bench.errors import UserError
 
 KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card")
-_PLANNED = {"openai", "litellm", "hf", "vllm", "card"}
+# Model backends live in their own modules, imported only when a spec names them: their
+# libraries (openai, litellm, torch, vllm) stay off the import path of the core. Each module
+# has `from_spec(spec: AgentSpec, domain: str) -> Agent`.
+_BACKENDS = {
+    "openai": "ibrl_bench.agents.openai_api",
+    "litellm": "ibrl_bench.agents.litellm_api",
+    "hf": "ibrl_bench.agents.hf_local",
+    "vllm": "ibrl_bench.agents.vllm_local",
+    "card": "ibrl_bench.agents.cards",
+}
 _SPEC_RE = re.compile(r"^(?P<kind>[a-z_]+):(?P<target>[^?\s]+)(?:\?(?P<query>\S*))?$")
 
 
@@ -75,11 +84,16 @@ def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
     elif parsed.kind == "python":
         agent = _plugin(parsed)
     else:
-        assert parsed.kind in _PLANNED
-        raise UserError(
-            f"agent kind {parsed.kind!r} ({parsed.text}) is not available in this version of "
-            "ibrl-bench; use scripted: or python:module:factory"
-        )
+        try:
+            backend = importlib.import_module(_BACKENDS[parsed.kind])
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("ibrl_bench"):
+                raise UserError(
+                    f"agent kind {parsed.kind!r} ({parsed.text}) is not available in this version of "
+                    "ibrl-bench; use scripted: or python:module:factory"
+                ) from None
+            raise
+        agent = backend.from_spec(parsed, domain)
     agent.spec = parsed.text
     return agent
 

@@ -165,6 +165,14 @@ class Domain(ABC):
     @abstractmethod
     def outcome(self, state: GameState) -> Outcome: ...
 
+    # Language-model agents: the versioned role prompt of the domain.
+    prompt_version: str = ""
+    prompt_hash: str = ""
+
+    def chat_messages(self, obs: Observation) -> list[dict[str, str]]:
+        """The conversation a chat model sees for `obs`: system prompt, then alternating turns."""
+        raise NotImplementedError(f"domain {self.name} has no prompts for language-model agents")
+
     def other(self, role: Role) -> Role:
         a, b = self.roles
         if role not in self.roles:

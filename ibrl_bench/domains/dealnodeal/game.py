@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario, Turn
-from ibrl_bench.domains.dealnodeal import parser, scenarios
+from ibrl_bench.domains.dealnodeal import parser, prompts, scenarios
 from ibrl_bench.domains.dealnodeal.rules import ITEMS, Vec, dot, is_agreement, is_pareto_optimal
 
 DEFAULT_MAX_TURNS = 10
@@ -39,6 +39,11 @@ class DealOrNoDeal(Domain):
     name = "dealnodeal"
     roles = ("a", "b")
     default_max_turns = DEFAULT_MAX_TURNS
+    prompt_version = prompts.PROMPT_VERSION
+    prompt_hash = prompts.PROMPT_HASH
+
+    def chat_messages(self, obs: Observation) -> list[dict[str, str]]:
+        return prompts.chat_messages(obs)
 
     def scenario_set(self, split: str = "test", n: int | None = None):
         return scenarios.scenario_set(split, n)

@@ -1,0 +1,59 @@
+"""Role prompts for language-model agents playing Deal-or-NoDeal.
+
+The prompt states the rules, the role's own private values (never the other side's) and the
+exact move format. The text is versioned: PROMPT_VERSION changes whenever the wording does, and
+its hash is recorded in every run manifest, so results from different prompts are never mixed up.
+"""
+
+from __future__ import annotations
+
+from ibrl_bench.domains.base import Observation, content_hash
+
+PROMPT_VERSION = "dnd-prompt-v1"
+
+SYSTEM = """You are negotiating in the game "Deal or No Deal" against another player.
+
+The pool holds {pool}. You and the other player must agree how to divide it; each item goes to one of you.
+Your private values per item: {values}. The whole pool is worth exactly 10 to you. The other player values the items differently, and you do not know how.
+Your goal is the highest total value for yourself. If you do not agree, both of you score 0.
+
+Rules:
+- You take turns sending short messages; the talk ends after {max_turns} messages in total.
+- To make an offer, include <propose>book=X hat=Y ball=Z</propose>, listing the items YOU would take.
+- To accept the offer on the table and end the talk, include <selection>.
+- After the talk each player privately states the items it takes: <split>book=X hat=Y ball=Z</split>. The deal holds only if the two splits add up exactly to the pool. <split>no deal</split> declines.
+Write only your next message, one or two sentences."""
+
+OPEN = "You speak first. Send your opening message."
+SELECT = (
+    "The talk is over. State the items you take, exactly in the form <split>book=X hat=Y ball=Z</split>, "
+    "or <split>no deal</split>."
+)
+TEMPLATES = {"system": SYSTEM, "open": OPEN, "select": SELECT}
+PROMPT_HASH = content_hash([PROMPT_VERSION, TEMPLATES])
+
+
+def _pool(counts: list[int], items: list[str]) -> str:
+    return ", ".join(f"{n} {item}{'s' if n != 1 else ''}" for item, n in zip(items, counts))
+
+
+def chat_messages(obs: Observation) -> list[dict[str, str]]:
+    """The conversation as this role sees it: its own messages as the assistant's, the other
+    side's as the user's."""
+    p = obs.private
+    system = SYSTEM.format(
+        pool=_pool(p["counts"], p["items"]),
+        values=", ".join(f"{item}={v}" for item, v in zip(p["items"], p["values"])),
+        max_turns=obs.max_turns,
+    )
+    messages = [{"role": "system", "content": system}]
+    if not obs.dialogue or obs.dialogue[0].role == obs.role:
+        messages.append({"role": "user", "content": OPEN})
+    for m in obs.dialogue:
+        messages.append({"role": "assistant" if m.role == obs.role else "user", "content": m.text})
+    if obs.phase == "select":
+        if messages[-1]["role"] == "user":  # keep roles alternating for strict chat templates
+            messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + SELECT}
+        else:
+            messages.append({"role": "user", "content": SELECT})
+    return messages

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ibrl_bench import __version__
 from ibrl_bench.domains import DOMAINS
 from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import register_environment, scrub
 
 console = Console()
 if not console.is_terminal:
@@ -36,8 +37,8 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Game to play (default dealnodeal).")
-@click.option("--policy", "policies", multiple=True, metavar="SPEC", help="Policy under evaluation; repeatable.")
-@click.option("--counterpart", "counterparts", multiple=True, metavar="SPEC", help="Counterpart; repeatable.")
+@click.option("--policy", "policies", multiple=True, metavar="SPEC", help="Policy under evaluation; repeatable (panel:NAME adds a panel).")
+@click.option("--counterpart", "counterparts", multiple=True, metavar="SPEC", help="Counterpart: a spec, card:NAME or panel:NAME; repeatable.")
 @click.option("--panel", "panels", multiple=True, metavar="NAME", help="Add a panel's counterparts (counterparts/panels/NAME.yaml).")
 @click.option("--role", "roles", multiple=True, metavar="ROLE", help="Role(s) the policy plays (default: every role).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
@@ -58,7 +59,7 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
     Rerunning with the same --out resumes: only missing (or errored) episodes are played.
     """
-    from ibrl_bench.agents.panels import load_panel
+    from ibrl_bench.agents.panels import expand
     from ibrl_bench.runner.crossplay import CrossplayConfig
 
     domain = domain or DEMO_DOMAIN
@@ -67,16 +68,12 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {DEMO_PANEL}[/dim]")
     if not policies:
         raise UserError("no --policy given; name at least one, e.g. --policy scripted:dealnodeal/boulware")
-    members = list(counterparts)
-    for name in panels:
-        panel = load_panel(name)
-        if panel.domain != domain:
-            raise UserError(f"panel {name} is for {panel.domain}, but this run plays {domain}")
-        members += panel.members
+    policies = expand(list(policies), domain)
+    members = expand([*counterparts, *(f"panel:{name}" for name in panels)], domain)
     if not members:
         raise UserError("no counterpart given; use --counterpart SPEC or --panel NAME")
     config = CrossplayConfig(
-        domain=domain, policies=list(dict.fromkeys(policies)), counterparts=list(dict.fromkeys(members)),
+        domain=domain, policies=policies, counterparts=members,
         roles=list(roles) or None, split=split, scenarios=scenarios, contexts_file=contexts, seeds=seeds,
         max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
         fail_on_error=fail_on_error,
@@ -203,7 +200,93 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 
 
+@cli.group()
+def counterparts() -> None:
+    """Counterpart cards (counterparts/NAME.yaml) and panels (counterparts/panels/NAME.yaml)."""
+
+
+@counterparts.command("list")
+def counterparts_list() -> None:
+    """Every card and panel, and whether each card's key is set."""
+    import os
+
+    from rich.table import Table
+
+    from ibrl_bench.agents.cards import available_cards, load_card
+    from ibrl_bench.agents.panels import available_panels, load_panel
+
+    table = Table(title="cards", header_style="bold")
+    for col in ("id", "backend", "model", "revision", "domains", "key"):
+        table.add_column(col, overflow="fold")
+    for name in available_cards():
+        c = load_card(name)
+        key = "not needed" if not c.key_env else (f"${c.key_env} set" if os.environ.get(c.key_env) else f"${c.key_env} NOT set")
+        table.add_row(c.id, c.backend, c.model, c.revision or "", ", ".join(c.domains), key)
+    console.print(table)
+    panels = Table(title="panels", header_style="bold")
+    for col in ("name", "domain", "roles", "members"):
+        panels.add_column(col, overflow="fold")
+    for name in available_panels():
+        p = load_panel(name)
+        panels.add_row(p.name, p.domain, ", ".join(p.roles or ["any"]), "\n".join(p.members))
+    console.print(panels)
+
+
+@counterparts.command("show")
+@click.argument("name")
+def counterparts_show(name: str) -> None:
+    """A card (or panel) with its content hash and the spec it stands for."""
+    from ibrl_bench.agents.cards import available_cards, load_card
+    from ibrl_bench.agents.panels import load_panel
+
+    if name in available_cards():
+        card = load_card(name)
+        console.print(f"[bold]{card.id}[/bold] (card, hash {card.hash})")
+        console.print(f"spec: {card.spec()}", markup=False, highlight=False)
+        console.print(json.dumps(card.model_dump(mode="json"), indent=2), markup=False, highlight=False)
+    else:
+        panel = load_panel(name)
+        console.print(f"[bold]{panel.name}[/bold] (panel for {panel.domain})")
+        console.print(json.dumps(panel.model_dump(mode="json"), indent=2), markup=False, highlight=False)
+
+
+@counterparts.command("check")
+@click.argument("name")
+@click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Domain to check in (default: the card's first).")
+def counterparts_check(name: str, domain: str | None) -> None:
+    """Send one tiny request to a card's counterpart, where its key is set."""
+    import os
+    import time
+
+    from ibrl_bench.agents.cards import load_card
+    from ibrl_bench.agents.spec import build_agent
+    from ibrl_bench.domains import get_domain
+
+    card = load_card(name)
+    domain = domain or card.domains[0]
+    if card.key_env and card.key_env.lower() != "none" and not os.environ.get(card.key_env):
+        raise UserError(f"cannot check {name}: ${card.key_env} is not set; export the key to check this counterpart")
+    agent = build_agent(f"card:{name}", domain)
+    game = get_domain(domain)
+    state = game.start(game.scenario_set("dev", 1).scenarios[0], seed=0)
+    obs = game.observe(state, game.to_move(state)[0])
+
+    async def once():
+        try:
+            start = time.perf_counter()
+            reply = await agent.act(obs)
+            return reply, time.perf_counter() - start
+        finally:
+            await agent.aclose()
+
+    reply, seconds = asyncio.run(once())
+    usage = reply.usage.model_dump() if reply.usage else {}
+    console.print(f"{name}: answered in {seconds:.2f} s, usage {usage}", highlight=False)
+    console.print(f"reply: {reply.text[:300]}", markup=False, highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
+    register_environment()
     logging.basicConfig(level=logging.WARNING, format="%(message)s",
                         handlers=[RichHandler(console=err_console, show_path=False)])
     try:
@@ -222,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("interrupted; rerun the same command with the same --out to resume")
         sys.exit(130)
     except UserError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {scrub(str(e))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

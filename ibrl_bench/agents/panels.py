@@ -17,7 +17,8 @@ class Panel(BaseModel):
     name: str
     domain: str
     description: str = ""
-    members: list[str]
+    roles: list[str] | None = None  # the roles its members play; None: any role of the domain
+    members: list[str]  # agent specs, usually card:NAME or scripted:DOMAIN/NAME
 
 
 def counterparts_dir() -> Path:
@@ -51,3 +52,17 @@ def load_panel(name: str) -> Panel:
     for spec in panel.members:
         parse_spec(spec)
     return panel
+
+
+def expand(specs: list[str], domain: str) -> list[str]:
+    """Replace each `panel:NAME` by the panel's members, keeping order and dropping repeats."""
+    out: list[str] = []
+    for spec in specs:
+        if spec.startswith("panel:"):
+            panel = load_panel(spec.removeprefix("panel:"))
+            if panel.domain != domain:
+                raise UserError(f"{spec} is a panel for {panel.domain}, but this run plays {domain}")
+            out.extend(panel.members)
+        else:
+            out.append(spec)
+    return list(dict.fromkeys(out))

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.errors import UserError
 
-KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card")
+KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card", "panel")
+MODEL_KINDS = ("openai", "litellm", "hf", "vllm", "card")  # agents that read the domain's prompts
 # Model backends live in their own modules, imported only when a spec names them: their
 # libraries (openai, litellm, torch, vllm) stay off the import path of the core. Each module
 # has `from_spec(spec: AgentSpec, domain: str) -> Agent`.
@@ -83,6 +84,8 @@ def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
         agent = _scripted(parsed, domain)
     elif parsed.kind == "python":
         agent = _plugin(parsed)
+    elif parsed.kind == "panel":
+        raise UserError(f"{parsed.text} names several agents; use it with --counterpart or --policy")
     else:
         try:
             backend = importlib.import_module(_BACKENDS[parsed.kind])

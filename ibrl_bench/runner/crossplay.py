@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ibrl_bench import __version__
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.spec import build_agent, parse_spec
+from ibrl_bench.agents.spec import MODEL_KINDS, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
@@ -106,6 +106,7 @@ class Crossplay:
         self.max_turns = config.max_turns or self.domain.default_max_turns
         # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
         self.agents = self._build_agents()
+        self._check_card_roles()
 
     def _scenarios(self) -> ScenarioSet:
         if self.config.contexts_file:
@@ -116,8 +117,28 @@ class Crossplay:
             return load_lewis_contexts(self.config.contexts_file).head(self.config.scenarios)
         return self.domain.scenario_set(self.config.split, self.config.scenarios)
 
+    def _check_card_roles(self) -> None:
+        seats = [(spec, self.roles) for spec in self.config.policies]
+        seats += [(spec, [self.domain.other(r) for r in self.roles]) for spec in self.config.counterparts]
+        for spec, roles in seats:
+            card = getattr(self.agents[spec], "card", None)
+            allowed = card.roles.get(self.config.domain) if card else None
+            bad = sorted(set(roles) - set(allowed)) if allowed else []
+            if bad:
+                raise UserError(f"card {card.id} may play {', '.join(allowed)} in {self.config.domain}, "
+                                f"but this run seats it as {', '.join(bad)}; choose --role accordingly")
+
+    def agents_record(self) -> dict[str, dict]:
+        """What each spec resolved to: the card and its hash where a card was used."""
+        out = {}
+        for spec, agent in self.agents.items():
+            card = getattr(agent, "card", None)
+            out[spec] = {"card": card.id, "card_hash": card.hash, "resolved": card.spec()} if card else {}
+        return out
+
     def manifest(self) -> Manifest:
         ss = self.scenario_set
+        agents = self.agents_record()
         identity = {
             "domain": self.config.domain,
             "split": ss.split,
@@ -129,6 +150,11 @@ class Crossplay:
             "seeds": list(range(self.config.seeds)),
             "max_turns": self.max_turns,
         }
+        cards = {spec: a["card_hash"] for spec, a in agents.items() if a}
+        if cards:
+            identity["cards"] = cards
+        if any(parse_spec(spec).kind in MODEL_KINDS for spec in agents):
+            identity["prompt"] = f"{self.domain.prompt_version}:{self.domain.prompt_hash}"
         return Manifest(
             harness_version=__version__,
             created_at=now_iso(),
@@ -136,6 +162,8 @@ class Crossplay:
             scenario_set={"version": ss.version, "split": ss.split, "hash": ss.hash, "n": len(ss.scenarios)},
             identity=identity,
             config=self.config.model_dump(),
+            agents=agents,
+            prompt={"version": self.domain.prompt_version, "hash": self.domain.prompt_hash},
         )
 
     def jobs(self) -> Iterator[Job]:

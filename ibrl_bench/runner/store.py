@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from ibrl_bench.agents.base import Usage
 from ibrl_bench.domains.base import Outcome, Role, Turn, content_hash
 from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import scrub
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class Manifest(BaseModel):
     scenario_set: dict[str, Any]  # version, split, hash, n
     identity: dict[str, Any]  # what must match for a run folder to be resumed
     config: dict[str, Any]  # the whole configuration, for the record
+    agents: dict[str, dict[str, Any]] = {}  # spec -> the card (id, hash, resolved spec) behind it
+    prompt: dict[str, str] = {}  # the domain's prompt version and hash
 
     @property
     def identity_hash(self) -> str:
@@ -171,7 +174,7 @@ class RunStore:
     def append(self, record: EpisodeRecord) -> None:
         if self._fd is None:
             raise RuntimeError("RunStore.append before open")
-        line = (record.model_dump_json() + "\n").encode()
+        line = (scrub(record.model_dump_json()) + "\n").encode()
         written = os.write(self._fd, line)
         if written != len(line):  # a short write on a full disk: fail loudly, resume repairs it
             raise OSError(f"short write to {self.episodes_path} ({written} of {len(line)} bytes)")
@@ -194,5 +197,5 @@ class RunStore:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(scrub(text))
     os.replace(tmp, path)

@@ -1,0 +1,120 @@
+"""Counterpart cards: YAML files in counterparts/ that pin whom a number was measured against.
+
+A card names the backend, the model and its snapshot or revision, the base URL, the *name* of the
+environment variable holding the key (never the key), generation and transport parameters, the
+prompt version per domain, and the domains and roles it may play. `card:NAME` works wherever a
+spec does; the card's content hash is recorded in the run manifest and is part of a run's
+identity, so a changed card never mixes into a resumed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.panels import counterparts_dir
+from ibrl_bench.agents.spec import AgentSpec, build_agent
+from ibrl_bench.domains import get_domain
+from ibrl_bench.domains.base import content_hash
+from ibrl_bench.errors import UserError
+
+Backend = Literal["openai", "litellm", "hf", "vllm", "scripted"]
+
+
+class Card(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = Field(ge=1)
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str = ""
+    backend: Backend
+    model: str
+    revision: str | None = None  # snapshot, dated model id, or hub commit
+    base_url: str | None = None
+    key_env: str | None = None  # the NAME of the variable that holds the key
+    params: dict[str, Any] = {}  # generation and transport parameters of the backend
+    pricing: dict[str, float] = {}  # input_per_mtok, output_per_mtok (USD), where known
+    prompt_versions: dict[str, str] = {}  # domain -> the prompt version this card is pinned to
+    domains: list[str]
+    roles: dict[str, list[str]] = {}  # domain -> roles it may play; a domain not listed: any
+
+    @field_validator("key_env")
+    @classmethod
+    def _a_name_not_a_key(cls, v: str | None) -> str | None:
+        if v is not None and not v.replace("_", "").isalnum():
+            raise ValueError("key_env must be the name of an environment variable, not a key")
+        return v
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.model_dump(mode="json"))
+
+    def spec(self) -> str:
+        """The backend spec this card stands for (no key: only the variable's name)."""
+        params = dict(self.params)
+        if self.backend in ("openai", "litellm"):
+            if self.key_env or self.backend == "openai":
+                params["key_env"] = self.key_env or "none"
+            if self.pricing.get("input_per_mtok"):
+                params["price_in"] = self.pricing["input_per_mtok"]
+            if self.pricing.get("output_per_mtok"):
+                params["price_out"] = self.pricing["output_per_mtok"]
+        if self.backend == "hf" and self.revision and not Path(self.model).exists():
+            params.setdefault("revision", self.revision)
+        target = self.model + (f"@{self.base_url}" if self.base_url else "")
+        query = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+        return f"{self.backend}:{target}" + (f"?{query}" if query else "")
+
+
+def card_path(name: str) -> Path:
+    return counterparts_dir() / f"{name}.yaml"
+
+
+def available_cards() -> list[str]:
+    folder = counterparts_dir()
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_card(name: str) -> Card:
+    path = card_path(name)
+    if not path.is_file():
+        known = ", ".join(available_cards()) or "none found"
+        raise UserError(f"unknown card {name!r} (looked in {path.parent}); available: {known}")
+    try:
+        card = Card.model_validate(yaml.safe_load(path.read_text()))
+    except yaml.YAMLError as e:
+        raise UserError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "card"
+        raise UserError(f"{path}: {where}: {err['msg']}; see counterparts/README.md for the card format") from None
+    if card.id != name:
+        raise UserError(f"{path} has id {card.id!r}; the file name and `id` must match")
+    return card
+
+
+def check_card_for(card: Card, domain: str) -> None:
+    if domain not in card.domains:
+        raise UserError(f"card {card.id} is for {', '.join(card.domains)}, not {domain}")
+    pinned = card.prompt_versions.get(domain)
+    current = get_domain(domain).prompt_version
+    if pinned and current and pinned != current:
+        raise UserError(
+            f"card {card.id} is pinned to prompt {pinned}, but this harness speaks {current}; "
+            "re-pin the card (new version) after checking the counterpart under the new prompt"
+        )
+
+
+def from_spec(spec: AgentSpec, domain: str) -> Agent:
+    if spec.params:
+        raise UserError(f"{spec.text}: a card pins its parameters; edit the card (and its version) instead")
+    card = load_card(spec.target)
+    check_card_for(card, domain)
+    agent = build_agent(card.spec(), domain)
+    agent.card = card  # type: ignore[attr-defined]  (read by the runner for the manifest)
+    return agent

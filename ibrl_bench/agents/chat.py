@@ -1,0 +1,116 @@
+"""Pieces shared by the chat-model backends: generation parameters, spec parameters, replies."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.remote import EmptyReply, RemoteSettings, call
+from ibrl_bench.domains.base import Domain, Observation
+from ibrl_bench.errors import UserError
+
+
+class Generation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(256, ge=1)
+    send_seed: bool = False  # pass the episode seed to endpoints that honour `seed`
+
+
+class Pricing(BaseModel):
+    input_per_mtok: float = 0.0  # USD per million prompt tokens
+    output_per_mtok: float = 0.0
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
+
+
+def split_params(spec_text: str, params: dict[str, Any], extra: set[str]) -> tuple[Generation, RemoteSettings, Pricing, dict[str, Any]]:
+    """Sort a spec's parameters into generation, transport, pricing, and backend-specific ones."""
+    groups: dict[str, dict[str, Any]] = {"gen": {}, "remote": {}, "price": {}, "extra": {}}
+    pricing_names = {"price_in": "input_per_mtok", "price_out": "output_per_mtok"}
+    for key, value in params.items():
+        if key in Generation.model_fields:
+            groups["gen"][key] = value
+        elif key in RemoteSettings.model_fields:
+            groups["remote"][key] = value
+        elif key in pricing_names:
+            groups["price"][pricing_names[key]] = value
+        elif key in extra:
+            groups["extra"][key] = value
+        else:
+            known = sorted([*Generation.model_fields, *RemoteSettings.model_fields, *pricing_names, *extra])
+            raise UserError(f"unknown parameter {key!r} in {spec_text}; known: {', '.join(known)}")
+    try:
+        return (Generation(**groups["gen"]), RemoteSettings(**groups["remote"]),
+                Pricing(**groups["price"]), groups["extra"])
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UserError(f"bad parameter {err['loc'][0]} in {spec_text}: {err['msg']}") from None
+
+
+def reply(text: str | None, prompt_tokens: int, completion_tokens: int, pricing: Pricing, cost: float | None = None) -> Reply:
+    usage = Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=cost if cost is not None else pricing.cost(prompt_tokens, completion_tokens),
+    )
+    return Reply(text=(text or "").strip(), usage=usage)
+
+
+class RemoteChat(Agent):
+    """A chat model behind a remote API. Subclasses say how to send one request and read its
+    cost; the request, the retries and the handling of empty replies are the same for all."""
+
+    def __init__(self, model: str, endpoint: str, domain: Domain, gen: Generation, settings: RemoteSettings,
+                 pricing: Pricing, send_observation: bool = False):
+        self.model, self.endpoint, self.domain = model, endpoint, domain
+        self.gen, self.settings, self.pricing = gen, settings, pricing
+        # Test hook for the fake endpoint: the observation travels with the request, so that a
+        # scripted agent behind HTTP can play real games. Never on for real endpoints.
+        self.send_observation = send_observation
+
+    @abstractmethod
+    async def complete(self, request: dict[str, Any]) -> Any:
+        """Send one chat request; return the provider's response (OpenAI response shape)."""
+
+    def cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+        return None  # None: price from the spec's or card's pricing
+
+    async def act(self, obs: Observation) -> Reply:
+        request: dict[str, Any] = dict(
+            model=self.model, messages=self.domain.chat_messages(obs), temperature=self.gen.temperature,
+            top_p=self.gen.top_p, max_tokens=self.gen.max_tokens,
+        )
+        if self.gen.send_seed:
+            request["seed"] = obs.seed
+        if self.send_observation:
+            request["extra_body"] = {"ibrl_observation": obs.model_dump(mode="json")}
+        empties = 0
+
+        async def attempt():
+            nonlocal empties
+            response = await self.complete(request)
+            if not response.choices or not (response.choices[0].message.content or "").strip():
+                empties += 1
+                raise EmptyReply(f"{self.endpoint} returned no text")
+            return response
+
+        try:
+            response = await call(self.endpoint, self.settings, attempt)
+        except EmptyReply:
+            if empties < self.settings.max_attempts:
+                raise  # empty among other faults: the endpoint is flaky, not the model
+            # Empty on every attempt: that is the model's answer, and the domain's rules (not the
+            # harness) decide what an empty move means.
+            return reply("", 0, 0, self.pricing)
+        usage = getattr(response, "usage", None)
+        prompt = getattr(usage, "prompt_tokens", 0) or 0
+        completion = getattr(usage, "completion_tokens", 0) or 0
+        return reply(response.choices[0].message.content, prompt, completion, self.pricing,
+                     self.cost(response, prompt, completion))

@@ -1,0 +1,75 @@
+"""`litellm:PROVIDER/MODEL[@URL]`: any provider litellm reaches (Anthropic, Gemini, Bedrock, an
+OpenAI-compatible server...), with the same retries, limits and accounting as `openai:`.
+
+litellm is imported on first use (it costs seconds) and told to use its bundled model-cost map,
+since the harness may run without network. Its own retries are off; `remote.call` retries.
+Spec parameters as for `openai:`; key_env is optional here (litellm reads each provider's usual
+variable itself when none is named).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, split_params
+from ibrl_bench.agents.remote import RemoteSettings
+from ibrl_bench.agents.spec import AgentSpec
+from ibrl_bench.domains import get_domain
+from ibrl_bench.domains.base import Domain
+from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import key_from_env
+
+EXTRA = {"key_env", "observation"}
+
+
+def _litellm():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError:
+        raise UserError("the litellm: backend needs litellm; pip install 'ibrl-bench[litellm]'") from None
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LiteLLMChat(RemoteChat):
+    def __init__(self, model: str, base_url: str | None, key: str | None, domain: Domain, gen: Generation,
+                 settings: RemoteSettings, pricing: Pricing, send_observation: bool = False):
+        # The limit is per server, or per provider when litellm picks the URL itself.
+        super().__init__(model, base_url or model.split("/", 1)[0], domain, gen, settings, pricing, send_observation)
+        self.base_url, self._key = base_url, key
+
+    async def complete(self, request: dict[str, Any]) -> Any:
+        kwargs = dict(request, timeout=self.settings.timeout, num_retries=0)
+        if self.base_url:
+            kwargs["api_base"] = self.base_url
+        if self._key:
+            kwargs["api_key"] = self._key
+        return await _litellm().acompletion(**kwargs)
+
+    def cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+        if self.pricing.input_per_mtok or self.pricing.output_per_mtok:
+            return None
+        try:
+            return float(_litellm().completion_cost(completion_response=response))
+        except Exception:  # noqa: BLE001 - a model missing from the cost map costs 0, not a failure
+            return 0.0
+
+
+def from_spec(spec: AgentSpec, domain: str) -> Agent:
+    model, sep, url = spec.target.partition("@")
+    if "/" not in model or (sep and not url.startswith(("http://", "https://"))):
+        raise UserError(f"malformed spec {spec.text!r}; expected litellm:PROVIDER/MODEL[@http(s)://HOST/v1]")
+    gen, settings, pricing, extra = split_params(spec.text, spec.params, EXTRA)
+    key_env = extra.get("key_env")
+    key = None
+    if key_env and str(key_env).lower() != "none":
+        key = key_from_env(str(key_env))
+        if not key:
+            raise UserError(f"{spec.text} needs a key in ${key_env}, which is not set; export it")
+    elif key_env and str(key_env).lower() == "none":
+        key = "none"
+    return LiteLLMChat(model, url.rstrip("/") or None, key, get_domain(domain), gen, settings, pricing,
+                       send_observation=bool(extra.get("observation", False)))

@@ -1,0 +1,79 @@
+"""`openai:MODEL@URL`: any OpenAI-compatible chat endpoint (OpenAI, DeepSeek, vLLM serve, SGLang...)
+through the `openai` package's async client.
+
+Spec parameters: key_env (name of the variable holding the key; default OPENAI_API_KEY, `none`
+for servers without keys), generation (temperature, top_p, max_tokens, send_seed), transport
+(concurrency, timeout, max_attempts, backoff, max_backoff), pricing (price_in, price_out in USD per
+million tokens). Retries and limits are the shared ones of `remote.py`; the client's own retries
+are off so that they are not stacked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, split_params
+from ibrl_bench.agents.remote import RemoteSettings
+from ibrl_bench.agents.spec import AgentSpec
+from ibrl_bench.domains import get_domain
+from ibrl_bench.domains.base import Domain
+from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import key_from_env
+
+DEFAULT_URL = "https://api.openai.com/v1"
+EXTRA = {"key_env", "observation"}
+
+
+def resolve_key(key_env: str | None, spec_text: str) -> str:
+    if key_env is None or str(key_env).lower() == "none":
+        return "none"  # local servers accept any key; the client insists on one
+    key = key_from_env(str(key_env))
+    if not key:
+        raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, or pass key_env=none for a server without keys")
+    return key
+
+
+class OpenAIChat(RemoteChat):
+    def __init__(self, model: str, base_url: str, key: str, domain: Domain, gen: Generation,
+                 settings: RemoteSettings, pricing: Pricing, send_observation: bool = False):
+        super().__init__(model, base_url, domain, gen, settings, pricing, send_observation)
+        self._key = key
+        self._clients: dict[int, Any] = {}
+
+    def _client(self):
+        from openai import AsyncOpenAI
+
+        loop = id(asyncio.get_running_loop())  # an HTTP client belongs to one event loop
+        if loop not in self._clients:
+            self._clients[loop] = AsyncOpenAI(api_key=self._key, base_url=self.endpoint,
+                                              max_retries=0, timeout=self.settings.timeout)
+        return self._clients[loop]
+
+    async def complete(self, request: dict[str, Any]) -> Any:
+        return await self._client().chat.completions.create(**request)
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+
+def parse_target(spec: AgentSpec) -> tuple[str, str]:
+    model, sep, url = spec.target.partition("@")
+    if not model or (sep and not url.startswith(("http://", "https://"))):
+        raise UserError(f"malformed spec {spec.text!r}; expected openai:MODEL or openai:MODEL@http(s)://HOST/v1")
+    return model, (url or DEFAULT_URL).rstrip("/")
+
+
+def from_spec(spec: AgentSpec, domain: str) -> Agent:
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise UserError("the openai: backend needs the openai package; pip install 'ibrl-bench[api]'") from None
+    model, url = parse_target(spec)
+    gen, settings, pricing, extra = split_params(spec.text, spec.params, EXTRA)
+    key = resolve_key(extra.get("key_env", "OPENAI_API_KEY"), spec.text)
+    return OpenAIChat(model, url, key, get_domain(domain), gen, settings, pricing,
+                      send_observation=bool(extra.get("observation", False)))

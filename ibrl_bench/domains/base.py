@@ -165,6 +165,10 @@ class Domain(ABC):
     @abstractmethod
     def outcome(self, state: GameState) -> Outcome: ...
 
+    def describe(self, scenario: Scenario) -> str:
+        """A scenario for a human reader (`ibrl-bench play`); domains with rich data say it better."""
+        return json.dumps(scenario.data)
+
     def other(self, role: Role) -> Role:
         a, b = self.roles
         if role not in self.roles:

@@ -26,6 +26,17 @@ err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
 DEMO_DOMAIN = "dealnodeal"
 DEMO_POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat", "scripted:dealnodeal/fair"]
 DEMO_PANEL = "dealnodeal-scripted-heldout"
+# The no-argument demo of each domain: (policies, panel).
+DEMOS = {
+    "dealnodeal": (DEMO_POLICIES, DEMO_PANEL),
+    "telesales": (["scripted:telesales/consultative", "scripted:telesales/discount_led",
+                   "scripted:telesales/pushy_upseller", "scripted:telesales/by_the_book"], "telesales-buyers-heldout"),
+}
+# `play` without --policy/--counterpart: a scripted pair of the domain.
+PLAY_DEFAULTS = {
+    "dealnodeal": ("scripted:dealnodeal/boulware", "scripted:dealnodeal/conceder"),
+    "telesales": ("scripted:telesales/consultative", "scripted:telesales/friendly"),
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,16 +74,24 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
 
     domain = domain or DEMO_DOMAIN
     if not policies and not counterparts and not panels:
-        policies, panels = DEMO_POLICIES, (DEMO_PANEL,)
-        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {DEMO_PANEL}[/dim]")
+        policies, demo_panel = DEMOS[domain]
+        panels = (demo_panel,)
+        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {demo_panel}[/dim]")
     if not policies:
         raise UserError("no --policy given; name at least one, e.g. --policy scripted:dealnodeal/boulware")
     members = list(counterparts)
+    panel_roles: set[str] = set()
     for name in panels:
         panel = load_panel(name)
         if panel.domain != domain:
             raise UserError(f"panel {name} is for {panel.domain}, but this run plays {domain}")
         members += panel.members
+        panel_roles |= set(panel.roles or ())
+    if not roles and not counterparts and panel_roles:
+        # The panels' members play these roles (e.g. buyers): the policies play the others.
+        from ibrl_bench.domains import get_domain
+
+        roles = tuple(r for r in get_domain(domain).roles if r not in panel_roles)
     if not members:
         raise UserError("no counterpart given; use --counterpart SPEC or --panel NAME")
     config = CrossplayConfig(
@@ -171,8 +190,8 @@ def show(run: str) -> None:
 
 @cli.command()
 @click.option("--domain", type=click.Choice(DOMAINS), default=DEMO_DOMAIN, show_default=True)
-@click.option("--policy", default="scripted:dealnodeal/boulware", show_default=True, metavar="SPEC")
-@click.option("--counterpart", default="scripted:dealnodeal/conceder", show_default=True, metavar="SPEC")
+@click.option("--policy", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: boulware).")
+@click.option("--counterpart", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: conceder).")
 @click.option("--role", default=None, help="Role of the policy (default: the domain's first role).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
@@ -186,6 +205,8 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
     from ibrl_bench.runner.episode import play_episode
 
     game = get_domain(domain)
+    policy = policy or PLAY_DEFAULTS[domain][0]
+    counterpart = counterpart or PLAY_DEFAULTS[domain][1]
     role = role or game.roles[0]
     other = game.other(role)
     scenarios = game.scenario_set(split).scenarios
@@ -198,7 +219,8 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
         if chosen is None:
             raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
     agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
-    console.print(f"[bold]{chosen.id}[/bold] {json.dumps(chosen.data)}  seed={seed}")
+    console.print(f"[bold]{chosen.id}[/bold]  seed={seed}")
+    console.print(game.describe(chosen), markup=False, highlight=False)
     result = asyncio.run(play_episode(game, chosen, agents, seed, max_turns))
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 

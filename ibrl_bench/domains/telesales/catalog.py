@@ -114,7 +114,8 @@ class Catalog(BaseModel):
         self._ref = f"{self.version}@{content_hash(self.model_dump(mode='json'), 12)}"
 
     def vehicle(self, vehicle_id: str) -> Vehicle | None:
-        return self._by_id.get(vehicle_id)
+        # Straight to the private dict: pydantic's attribute hook is slow on this hot path.
+        return self.__pydantic_private__["_by_id"].get(vehicle_id)  # type: ignore[index]
 
     def incentive(self, incentive_id: str) -> IncentiveKind | None:
         return next((i for i in self.incentives if i.id == incentive_id), None)

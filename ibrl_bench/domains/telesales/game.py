@@ -21,7 +21,7 @@ violation, `max_turns` when the limit ended the talk, else `ok`.
 
 from __future__ import annotations
 
-import copy
+import json
 
 from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario, Turn
 from ibrl_bench.domains.telesales import parser, rules, scenarios
@@ -44,6 +44,12 @@ class SaleState(GameState):
         self.accepted: Offer | None = None
         self.ended_by: str | None = None  # "accept" | "leave" | "max_turns" | "violation"
         self.violators: list[Role] = []
+        # Each role's private view, serialised once; every observation gets a fresh copy of it.
+        catalog = scenario.data["catalog"]
+        self.private_json = {
+            SELLER: json.dumps({"brief": scenario.data["seller"], "catalog": catalog}),
+            BUYER: json.dumps({"persona": scenario.data["buyer"], "catalog": catalog}),
+        }
 
 
 def _offer_json(offer: Offer) -> dict:
@@ -65,9 +71,10 @@ class TeleSales(Domain):
         return [] if state.over else [state.speaker]
 
     def observe(self, state: SaleState, role: Role) -> Observation:  # type: ignore[override]
-        # Each role sees its own brief and nothing of the other's; a deep copy, so an agent that
-        # mutates its view cannot change the game.
-        own = {"brief": state.scenario.data["seller"]} if role == SELLER else {"persona": state.scenario.data["buyer"]}
+        # Each role sees its own brief and nothing of the other's, as a fresh copy, so an agent
+        # that mutates its view cannot change the game.
+        if role not in self.roles:
+            raise ValueError(f"unknown role {role!r} for telesales")
         return Observation(
             domain=self.name,
             role=role,
@@ -76,7 +83,7 @@ class TeleSales(Domain):
             seed=state.seed,
             turn=len(state.transcript),
             max_turns=state.max_turns,
-            private={**copy.deepcopy(own), "catalog": state.scenario.data["catalog"]},
+            private=json.loads(state.private_json[role]),
             dialogue=state.public_messages,
         )
 
@@ -205,11 +212,11 @@ def describe_scenario(scenario: Scenario) -> str:
     nice = ", ".join(catalog.feature_name(f) for f in p.nice_to_haves) or "none"
     values = ", ".join(f"{i.replace('_', ' ')} {_money(v)}" for i, v in sorted(p.incentive_values.items())) or "none"
     lines = [
-        f"buyer ({p.temperament}, {p.difficulty} tier, patience {p.patience} messages): budget {_money(p.budget)}, "
+        f"buyer persona ({p.temperament} temperament, {p.difficulty} tier, patience {p.patience} messages): budget {_money(p.budget)}, "
         f"reservation {_money(p.reservation)} (hidden), price sensitivity {p.price_sensitivity:g}",
         f"  must-haves: {'; '.join(must)}",
         f"  nice-to-haves: {nice} (+{_money(p.nice_bonus)} each); extras it values: {values}",
-        f"seller ({brief.dealership}) stock, floor / list; * meets the buyer's must-haves:",
+        f"seller brief ({brief.dealership}), stock with floor / list price; * meets the buyer's must-haves:",
     ]
     for item in brief.inventory:
         v = catalog.vehicle(item.vehicle)

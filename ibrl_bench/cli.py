@@ -205,10 +205,10 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
     from ibrl_bench.runner.episode import play_episode
 
     game = get_domain(domain)
-    policy = policy or PLAY_DEFAULTS[domain][0]
-    counterpart = counterpart or PLAY_DEFAULTS[domain][1]
     role = role or game.roles[0]
     other = game.other(role)
+    defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain]))  # a scripted agent for each role
+    policy, counterpart = policy or defaults[role], counterpart or defaults[other]
     scenarios = game.scenario_set(split).scenarios
     if scenario.isdigit():
         if int(scenario) >= len(scenarios):

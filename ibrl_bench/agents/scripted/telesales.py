@@ -77,7 +77,7 @@ class Scripted(Agent):
         if obs.role != self.role:
             raise FatalAgentError(
                 f"scripted:telesales/{self.name} is a {self.role}; it cannot play the {obs.role} role "
-                f"(give --role {self.role} for it)"
+                f"(choose --role so that it plays the {self.role})"
             )
 
     def rng(self, obs: Observation, purpose: str = "") -> random.Random:
@@ -747,7 +747,8 @@ class Analytical(Buyer):
 
 
 class PersonaBuyer(Buyer):
-    """Plays the temperament the scenario gives its buyer (the persona's `temperament`)."""
+    """Plays the temperament the scenario gives its buyer (the persona's `temperament`), so a panel
+    of it follows the scenario set's mix of temperaments instead of fixing one."""
 
     name = "persona"
 

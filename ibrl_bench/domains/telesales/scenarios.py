@@ -116,19 +116,18 @@ def generate(key: str) -> dict:
     others = [v for v in catalog.vehicles if v.id != target.id]
     rng.shuffle(others)
     size = rng.randint(*INVENTORY_SIZE)
-    traps = []
+    trap = None
     for v in others:
-        if len(stock) >= size:
-            break
         floor = floor_of(v)
         if knobs.only_one and meets_needs(v, needs_model):
-            if floor > budget:
-                traps.append((v.id, floor))
+            if floor > budget and trap is None:
+                trap = (v.id, floor)
             continue  # hard: no second vehicle meets the needs within budget
-        stock[v.id] = floor
-    if traps:  # hard: put one vehicle in stock that meets the needs but not the budget
+        if len(stock) < size:
+            stock[v.id] = floor
+    if trap:  # hard: one stocked vehicle meets the needs but not the budget
         stock.pop(next((vid for vid in reversed(list(stock)) if vid != target.id), ""), None)
-        stock[traps[0][0]] = traps[0][1]
+        stock[trap[0]] = trap[1]
     order = list(stock)
     rng.shuffle(order)
 

@@ -376,12 +376,23 @@ class Seller(Scripted):
         if offer.incentives:
             names = [(catalog.incentive(i).name if catalog.incentive(i) else i) for i in offer.incentives]
             extras = f", including {_join(names)}"
-        last = view.last_price(vehicle.id)
-        lead = "" if last is None else (
-            "I can't go that low, but I can move a little. " if view.counter and view.counter < offer.price else
-            rng.choice(["Let me sharpen the price. ", "Here's a better number. ", "I've spoken to my manager. "]))
+        lead = self.lead(view, vehicle, offer, rng)
         return (f"{lead}The {vehicle.summary()}; it comes with {_join(shown)}. "
                 f"I can offer it at {_money(offer.price)}{extras}.")
+
+
+    def lead(self, view: SellerView, vehicle: Vehicle, offer: Offer, rng: random.Random) -> str:
+        """A few words on how this offer answers the buyer's last message."""
+        if view.last_price(vehicle.id) is None:
+            return ""
+        c = view.counter
+        if c is not None and c < (view.brief.floor(vehicle.id) or 0):
+            return f"I can't go as low as {_money(c)} on this one, but I can move a little. "
+        if c is not None and offer.price <= c:
+            return f"You've got it: {_money(offer.price)}. "
+        if c is not None and c < offer.price:
+            return "Let's meet in the middle. "
+        return rng.choice(["Let me sharpen the price. ", "Here's a better number. ", "I've spoken to my manager. "])
 
 
 class Consultative(Seller):
@@ -565,10 +576,14 @@ class Buyer(Scripted):
         """The must-haves as a phrase: "an SUV or a wagon, hybrid, with at least 7 seats and AWD"."""
         n = p.must_haves
         words = self.needs_words(p)
-        head = words.pop(0) if n.bodies else "a vehicle"
-        if n.fuels:
-            head += ", " + words.pop(0)
-        return head + (f"{',' if n.fuels else ''} with {_join(words)}" if words else "")
+        if n.bodies:
+            head = words.pop(0) + (f", {words.pop(0)}," if n.fuels else "")
+        elif n.fuels:
+            fuel = words.pop(0)
+            head = f"{'an' if fuel[0] in 'aeiou' else 'a'} {fuel} vehicle"
+        else:
+            head = "a vehicle"
+        return (head + (f" with {_join(words)}" if words else "")).rstrip(",")
 
     def nice_words(self, p: Persona) -> list[str]:
         return [load_catalog().feature_name(f) for f in p.nice_to_haves]

@@ -96,6 +96,12 @@ def test_extras_cost_the_seller_and_are_worth_something_to_the_buyer():
     assert out.rewards["buyer"] == pytest.approx((WTP + 1_500 - 30_500) / ROOM, abs=1e-6)
 
 
+def test_extras_that_cost_more_than_the_price_clears_the_floor_lower_the_sellers_reward():
+    out = sold(offer("arden-terra-le", 28_400, "extended_warranty"), "<accept>")
+    assert out.rewards["seller"] == pytest.approx(0.5 * (1 - 800 / ROOM), abs=1e-6)
+    assert out.metrics["seller_margin"] == pytest.approx(-800 / 31_500, abs=1e-6)
+
+
 def test_the_boundaries_floor_and_budget_are_inclusive():
     at_floor = sold(offer("arden-terra-le", 28_400), "<accept>")
     assert at_floor.rewards["seller"] == 0.5

@@ -290,11 +290,14 @@ class Seller(Scripted):
             return Reply(text="Could you tell me a bit more: body style, fuel, how many seats, any features you "
                               "can't do without, and your budget?")
         vehicle = self.pick(view)
-        price = self.price(view, vehicle)
         extras = self.extras(view, vehicle)
-        price = self.adjust_for_extras(view, vehicle, price, extras)
-        floor = view.brief.floor(vehicle.id) or 0
-        price = max(float(floor), math.ceil(price / 50) * 50)
+        floor = float(view.brief.floor(vehicle.id) or 0)
+        cost = sum(view.brief.incentive_cost(i) or 0 for i in extras)
+        if self.respects_budget and view.budget is not None and floor + cost > view.budget >= floor:
+            extras, cost = set(), 0  # extras the budget cannot carry would only lose the sale
+        reserve = floor + cost  # never sell for less than the floor plus what the extras cost
+        price = self.adjust_for_extras(view, vehicle, self.price(view, vehicle, reserve), extras)
+        price = max(reserve, math.ceil(price / 50) * 50)
         offer = Offer(vehicle=vehicle.id, price=price, incentives=tuple(sorted(extras)))
         words = self.pitch(view, vehicle, offer, rng)
         if not obs.dialogue:
@@ -340,8 +343,8 @@ class Seller(Scripted):
 
         return max(cands, key=key)[0]
 
-    def price(self, view: SellerView, vehicle: Vehicle) -> float:
-        floor = float(view.brief.floor(vehicle.id) or 0)
+    def price(self, view: SellerView, vehicle: Vehicle, floor: float) -> float:
+        """The next price of `vehicle`, never below `floor` (its floor plus the extras' cost)."""
         last = view.last_price(vehicle.id)
         if last is None:
             price = vehicle.list_price * self.markup

@@ -10,7 +10,8 @@ Otherwise the sale falls through: both sides score 0.
 Rewards of a sale of vehicle v at price p with extras I (0 for both sides without a sale):
     room   = list(v) - floor(v)                       the dealer's discount room, > 0
     margin = p - floor(v) - cost(I)                   dollars the dealer keeps above its floor
-    seller = 0.5 * (1 + clip(margin / room, 0, 1))    0.5 at the floor, 1 at list or above
+    seller = 0.5 * (1 + clip(margin / room, -1, 1))   1 at list or above, 0.5 at the floor,
+                                                      below 0.5 when the extras eat into the floor
     wtp    = min(budget, reservation + nice_bonus * #(nice-to-haves v has))
     buyer  = clip((wtp + value(I) - p) / room, -1, 1) surplus in units of the same room
 """
@@ -123,7 +124,7 @@ def sale_terms(offer: Offer, brief: Brief, persona: Persona, catalog: Catalog) -
     margin = offer.price - floor - extras_cost(offer.incentives, brief)
     surplus = willingness_to_pay(vehicle, persona) + extras_value(offer.incentives, persona) - offer.price
     return SaleTerms(
-        seller_reward=0.5 * (1 + _clip(margin / room, 0.0, 1.0)),
+        seller_reward=0.5 * (1 + _clip(margin / room, -1.0, 1.0)),
         buyer_reward=_clip(surplus / room, -1.0, 1.0),
         price_share_of_list=offer.price / vehicle.list_price,
         seller_margin=margin / vehicle.list_price,

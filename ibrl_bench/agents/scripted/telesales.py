@@ -394,7 +394,7 @@ class Seller(Scripted):
         if c is not None and offer.price <= c:
             return f"You've got it: {_money(offer.price)}. "
         if c is not None and c < offer.price:
-            return "Let's meet in the middle. "
+            return "Let's meet in the middle. " if self.counters == "split" else "This is already a sharp price. "
         return rng.choice(["Let me sharpen the price. ", "Here's a better number. ", "I've spoken to my manager. "])
 
 
@@ -664,8 +664,8 @@ class Skeptical(Buyer):
     leave_after_mismatches = 2
 
     def introduce(self, view: BuyerView, rng: random.Random) -> str:
-        return (f"I need {self.needs_phrase(view.persona)}. I'm not discussing my budget. "
-                "What do you actually have?")
+        ask = "" if view.table else " What do you actually have?"
+        return f"I need {self.needs_phrase(view.persona)}. I'm not discussing my budget.{ask}"
 
     def haggle(self, view: BuyerView, offer: Offer, counter: float, rng: random.Random) -> str:
         ask = self.wanted_extras(view.persona)
@@ -728,7 +728,7 @@ class Analytical(Buyer):
         lines = [f"Requirements: {'; '.join(self.needs_words(p))}."]
         if p.nice_to_haves:
             lines.append(f"Nice to have: {', '.join(self.nice_words(p))}.")
-        lines.append(f"Budget: {_money(p.budget)}. Please quote a specific vehicle and price.")
+        lines.append(f"Budget: {_money(p.budget)}." + ("" if view.table else " Please quote a specific vehicle and price."))
         return " ".join(lines)
 
     def respond(self, view: BuyerView, offer: Offer, rng: random.Random) -> str:

@@ -682,7 +682,7 @@ class Skeptical(Buyer):
         return "All right. I'll take it."
 
     def goodbye(self, rng: random.Random) -> str:
-        return "You're not listening. Goodbye."
+        return "I've heard enough. Goodbye."
 
 
 class Friendly(Buyer):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 from datetime import datetime, timezone
@@ -207,7 +206,7 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
     game = get_domain(domain)
     role = role or game.roles[0]
     other = game.other(role)
-    defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain]))  # a scripted agent for each role
+    defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain], strict=True))  # a scripted agent for each role
     policy, counterpart = policy or defaults[role], counterpart or defaults[other]
     scenarios = game.scenario_set(split).scenarios
     if scenario.isdigit():

@@ -64,13 +64,19 @@ def test_registry_has_four_sellers_and_a_buyer_per_temperament():
         assert isinstance(build_scripted("telesales", name, {}), Agent)
     with pytest.raises(UserError, match="bad parameters"):
         build_scripted("telesales", "consultative", {"greed": 2})
+    assert build_scripted("telesales", "consultative", {"concession": 0.5}).concession == 0.5
+    assert build_scripted("telesales", "skeptical", {"depth": 0.2}).depth == 0.2
+    with pytest.raises(UserError, match="concession"):
+        build_scripted("telesales", "discount_led", {"concession": 2})
+    with pytest.raises(UserError, match="depth"):
+        build_scripted("telesales", "friendly", {"depth": "low"})
     with pytest.raises(UserError, match="unknown scripted agent"):
         build_scripted("telesales", "boulware", {})
 
 
 def test_every_pairing_speaks_the_protocol(matrix):
     for (s, b), episodes in matrix.items():
-        for state, outcome, log in episodes:
+        for _, outcome, log in episodes:
             assert outcome.status == "ok", (s, b, outcome.detail)  # buyers leave before the turn limit
             assert outcome.metrics["invalid_offers"] == 0, (s, b)  # never out of stock or below floor
             assert outcome.metrics["fell_through"] is False, (s, b)  # buyers accept only what they can buy

@@ -19,6 +19,9 @@ within budget and at or below their current limit, which rises from below their 
 pay toward it as their patience runs out; they counter in words and leave when patience ends.
 One per temperament: hurried, skeptical, friendly, analytical; `persona` plays whichever
 temperament the scenario gives its buyer.
+
+The main knobs can be set in the spec: sellers take `markup` and `concession`
+(`scripted:telesales/consultative?concession=0.5`), buyers `depth` and `curve`.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ibrl_bench.agents.base import Agent, Reply
-from ibrl_bench.domains.base import Message, Observation
+from ibrl_bench.domains.base import Observation
 from ibrl_bench.domains.telesales.catalog import Vehicle, load_catalog
-from ibrl_bench.domains.telesales.models import Brief, Offer, Persona
+from ibrl_bench.domains.telesales.models import TEMPERAMENTS, Brief, Offer, Persona
 from ibrl_bench.domains.telesales.parser import (
     ACCEPT,
     LEAVE,
@@ -101,19 +104,6 @@ def own_brief(obs: Observation) -> Brief:
 
 def own_persona(obs: Observation) -> Persona:
     return _persona(json.dumps(obs.private["persona"], sort_keys=True))
-
-
-def table_offer(dialogue: list[Message]) -> Offer | None:
-    """The offer on the table after these messages, by the domain's rule: the seller's latest
-    readable offer, cleared by a later malformed one."""
-    table = None
-    for msg in dialogue:
-        if msg.role != SELLER:
-            continue
-        read = parse_offer(msg.text)
-        if read is not None:
-            table = read.offer
-    return table
 
 
 # --- what a seller hears ---------------------------------------------------------------------
@@ -279,11 +269,16 @@ class Seller(Scripted):
     final_floor = True  # on its last message, offer at the floor
     opening = "Hello, this is {dealer}. Thanks for taking my call! What are you looking for in your next vehicle?"
 
+    def __init__(self, markup: float | None = None, concession: float | None = None):
+        if markup is not None:
+            self.markup = _number("markup", markup, 0.5, 1.5)
+        if concession is not None:
+            self.concession = _number("concession", concession, 0.0, 1.0)
+
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
         view = read_seller(obs)
         rng = self.rng(obs)
-        catalog = load_catalog()
         if not view.offers and self.ask_first and not view.needs_known and view.questions < 2:
             if view.questions == 0:
                 return Reply(text=self.opening.format(dealer=view.brief.dealership) + " " + self.needs_question())
@@ -503,6 +498,12 @@ class Buyer(Scripted):
     patience_delta = 0  # added to the persona's patience
     shares_budget = True
     leave_after_mismatches = 3  # leave once this many offers missed a must-have
+
+    def __init__(self, depth: float | None = None, curve: float | None = None):
+        if depth is not None:
+            self.depth = _number("depth", depth, 0.0, 0.5)
+        if curve is not None:
+            self.curve = _number("curve", curve, 0.1, 10.0)
 
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
@@ -728,7 +729,8 @@ class Analytical(Buyer):
         lines = [f"Requirements: {'; '.join(self.needs_words(p))}."]
         if p.nice_to_haves:
             lines.append(f"Nice to have: {', '.join(self.nice_words(p))}.")
-        lines.append(f"Budget: {_money(p.budget)}." + ("" if view.table else " Please quote a specific vehicle and price."))
+        ask = "" if view.table else " Please quote a specific vehicle and price."
+        lines.append(f"Budget: {_money(p.budget)}.{ask}")
         return " ".join(lines)
 
     def respond(self, view: BuyerView, offer: Offer, rng: random.Random) -> str:
@@ -754,7 +756,9 @@ class Analytical(Buyer):
 
     def haggle(self, view: BuyerView, offer: Offer, counter: float, rng: random.Random) -> str:
         budget = view.persona.budget
-        over = f"That is {_money(offer.price - budget)} over my budget of {_money(budget)}. " if offer.price > budget else ""
+        over = ""
+        if offer.price > budget:
+            over = f"That is {_money(offer.price - budget)} over my budget of {_money(budget)}. "
         return f"{over}By my numbers {_money(counter)} is a fair price for it."
 
     def agree(self, view: BuyerView, offer: Offer, rng: random.Random) -> str:
@@ -770,6 +774,9 @@ class PersonaBuyer(Buyer):
 
     name = "persona"
 
+    def __init__(self) -> None:  # the knobs are those of the temperament it plays
+        super().__init__()
+
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
         temperament = str(obs.private.get("persona", {}).get("temperament", "friendly"))
@@ -779,4 +786,4 @@ class PersonaBuyer(Buyer):
 SELLERS: dict[str, type[Seller]] = {cls.name: cls for cls in (Consultative, DiscountLed, PushyUpseller, ByTheBook)}
 BUYERS: dict[str, type[Buyer]] = {cls.name: cls for cls in (Hurried, Skeptical, Friendly, Analytical, PersonaBuyer)}
 AGENTS: dict[str, type[Scripted]] = {**SELLERS, **BUYERS}
-_BY_TEMPERAMENT: dict[str, Buyer] = {name: BUYERS[name]() for name in ("hurried", "skeptical", "friendly", "analytical")}
+_BY_TEMPERAMENT: dict[str, Buyer] = {name: BUYERS[name]() for name in TEMPERAMENTS}

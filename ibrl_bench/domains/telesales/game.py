@@ -212,8 +212,9 @@ def describe_scenario(scenario: Scenario) -> str:
     nice = ", ".join(catalog.feature_name(f) for f in p.nice_to_haves) or "none"
     values = ", ".join(f"{i.replace('_', ' ')} {_money(v)}" for i, v in sorted(p.incentive_values.items())) or "none"
     lines = [
-        f"buyer persona ({p.temperament} temperament, {p.difficulty} tier, patience {p.patience} messages): budget {_money(p.budget)}, "
-        f"reservation {_money(p.reservation)} (hidden), price sensitivity {p.price_sensitivity:g}",
+        f"buyer persona ({p.temperament} temperament, {p.difficulty} tier, patience {p.patience} messages): "
+        f"budget {_money(p.budget)}, reservation {_money(p.reservation)} (hidden), "
+        f"price sensitivity {p.price_sensitivity:g}",
         f"  must-haves: {'; '.join(must)}",
         f"  nice-to-haves: {nice} (+{_money(p.nice_bonus)} each); extras it values: {values}",
         f"seller brief ({brief.dealership}), stock with floor / list price; * meets the buyer's must-haves:",

@@ -124,7 +124,7 @@ def _parse_offer(text: str) -> ParsedOffer | None:
 def _read_offer(region: str, catalog: Catalog) -> ParsedOffer:
     fields: dict[str, list[str]] = {"vehicle": [], "part": [], "price": [], "extras": []}
     keys = list(_KEY.finditer(region))
-    for m, nxt in zip(keys, [*keys[1:], None]):
+    for m, nxt in zip(keys, [*keys[1:], None]):  # noqa: B905 - each key with the next (None after the last)
         name = next(k for k in fields if m.group(k))
         value = region[m.end():nxt.start() if nxt else len(region)]
         end = _VALUE_END[name].search(value)
@@ -222,7 +222,10 @@ def _format_price(price: float) -> str:
 _INDEXES: dict[str, list] = {}  # by catalog ref: hashing a whole catalog per lookup would be slow
 
 
-def _vehicle_index(catalog: Catalog) -> list[tuple[str, tuple[str, ...], frozenset[str], frozenset[str], frozenset[str]]]:
+_Entry = tuple[str, tuple[str, ...], frozenset[str], frozenset[str], frozenset[str]]
+
+
+def _vehicle_index(catalog: Catalog) -> list[_Entry]:
     """Per vehicle: id, id words, name words, model+trim words, model words."""
     key = "vehicles|" + catalog.ref
     if key not in _INDEXES:

@@ -109,7 +109,8 @@ def generate(key: str) -> dict:
     needs = _must_haves(rng, target, rng.randint(*knobs.needs), tier)
     needs_model = MustHaves(**needs)
     target_floor = floor_of(target)
-    reservation = max(target_floor, _round(target_floor + rng.uniform(*knobs.zopa) * (target.list_price - target_floor)))
+    room = target.list_price - target_floor
+    reservation = max(target_floor, _round(target_floor + rng.uniform(*knobs.zopa) * room))
     budget = max(reservation, _round(reservation + rng.uniform(*knobs.headroom) * target.list_price))
 
     stock = {target.id: target_floor}

@@ -44,11 +44,12 @@ class SaleState(GameState):
         self.accepted: Offer | None = None
         self.ended_by: str | None = None  # "accept" | "leave" | "max_turns" | "violation"
         self.violators: list[Role] = []
-        # Each role's private view, serialised once; every observation gets a fresh copy of it.
+        # Each role's private view (its validated brief), serialised once; every observation gets a
+        # fresh copy of it.
         catalog = scenario.data["catalog"]
         self.private_json = {
-            SELLER: json.dumps({"brief": scenario.data["seller"], "catalog": catalog}),
-            BUYER: json.dumps({"persona": scenario.data["buyer"], "catalog": catalog}),
+            SELLER: json.dumps({"brief": self.brief.model_dump(mode="json"), "catalog": catalog}),
+            BUYER: json.dumps({"persona": self.persona.model_dump(mode="json"), "catalog": catalog}),
         }
 
 

@@ -7,8 +7,8 @@ dashes made ASCII, runs of spaces collapsed. Only the last 20,000 characters of 
 (a final answer comes last; the cap bounds the work).
 
 Offer. `parse_offer(text)` reads the LAST opening `<offer ...>` tag of a message (any case, a
-space allowed after `<`, attributes allowed, self-closing allowed); `</offer>` alone is not an
-offer, nor is `<offers>`. No opening tag: None, the message makes no offer. The fields are read
+space allowed after `<`, up to 400 characters of attributes, self-closing allowed); `</offer>`
+alone is not an offer, nor is `<offers>`. No opening tag: None, the message makes no offer. The fields are read
 from the tag's attributes when they name a field (`<offer vehicle="ID" price="31500"/>`),
 otherwise from the body, up to the next `</offer>` or the end of the message.
 Fields are `key=value` or `key: value` (so JSON works): vehicle (keys `vehicle`, `vehicle_id`,

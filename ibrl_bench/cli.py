@@ -27,6 +27,17 @@ err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
 DEMO_DOMAIN = "dealnodeal"
 DEMO_POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat", "scripted:dealnodeal/fair"]
 DEMO_PANEL = "dealnodeal-scripted-heldout"
+# The no-argument demo of each domain: (policies, panel).
+DEMOS = {
+    "dealnodeal": (DEMO_POLICIES, DEMO_PANEL),
+    "telesales": (["scripted:telesales/consultative", "scripted:telesales/discount_led",
+                   "scripted:telesales/pushy_upseller", "scripted:telesales/by_the_book"], "telesales-buyers-heldout"),
+}
+# `play` without --policy/--counterpart: a scripted pair of the domain.
+PLAY_DEFAULTS = {
+    "dealnodeal": ("scripted:dealnodeal/boulware", "scripted:dealnodeal/conceder"),
+    "telesales": ("scripted:telesales/consultative", "scripted:telesales/friendly"),
+}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,17 +70,25 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
     Rerunning with the same --out resumes: only missing (or errored) episodes are played.
     """
-    from ibrl_bench.agents.panels import expand
+    from ibrl_bench.agents.panels import expand, load_panel
     from ibrl_bench.runner.crossplay import CrossplayConfig
 
     domain = domain or DEMO_DOMAIN
     if not policies and not counterparts and not panels:
-        policies, panels = DEMO_POLICIES, (DEMO_PANEL,)
-        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {DEMO_PANEL}[/dim]")
+        policies, demo_panel = DEMOS[domain]
+        panels = (demo_panel,)
+        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {demo_panel}[/dim]")
     if not policies:
         raise UserError("no --policy given; name at least one, e.g. --policy scripted:dealnodeal/boulware")
     policies = expand(list(policies), domain)
+    panel_names = [*panels, *(c.removeprefix("panel:") for c in counterparts if c.startswith("panel:"))]
     members = expand([*counterparts, *(f"panel:{name}" for name in panels)], domain)
+    panel_roles = {r for name in panel_names for r in (load_panel(name).roles or ())}
+    if not roles and panel_roles and all(c.startswith("panel:") for c in counterparts):
+        # The panels' members play these roles (e.g. buyers): the policies play the others.
+        from ibrl_bench.domains import get_domain
+
+        roles = tuple(r for r in get_domain(domain).roles if r not in panel_roles)
     if not members:
         raise UserError("no counterpart given; use --counterpart SPEC or --panel NAME")
     config = CrossplayConfig(
@@ -168,8 +187,8 @@ def show(run: str) -> None:
 
 @cli.command()
 @click.option("--domain", type=click.Choice(DOMAINS), default=DEMO_DOMAIN, show_default=True)
-@click.option("--policy", default="scripted:dealnodeal/boulware", show_default=True, metavar="SPEC")
-@click.option("--counterpart", default="scripted:dealnodeal/conceder", show_default=True, metavar="SPEC")
+@click.option("--policy", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: boulware).")
+@click.option("--counterpart", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: conceder).")
 @click.option("--role", default=None, help="Role of the policy (default: the domain's first role).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
@@ -185,6 +204,8 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
     game = get_domain(domain)
     role = role or game.roles[0]
     other = game.other(role)
+    defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain], strict=True))  # a scripted agent for each role
+    policy, counterpart = policy or defaults[role], counterpart or defaults[other]
     scenarios = game.scenario_set(split).scenarios
     if scenario.isdigit():
         if int(scenario) >= len(scenarios):
@@ -195,7 +216,8 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
         if chosen is None:
             raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
     agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
-    console.print(f"[bold]{chosen.id}[/bold] {json.dumps(chosen.data)}  seed={seed}")
+    console.print(f"[bold]{chosen.id}[/bold]  seed={seed}")
+    console.print(game.describe(chosen), markup=False, highlight=False)
     result = asyncio.run(play_episode(game, chosen, agents, seed, max_turns))
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 

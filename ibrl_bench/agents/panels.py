@@ -17,7 +17,9 @@ class Panel(BaseModel):
     name: str
     domain: str
     description: str = ""
-    roles: list[str] | None = None  # the roles its members play; None: any role of the domain
+    # The roles its members play (e.g. [buyer]); absent: any role. A policy set against the panel
+    # plays the other roles.
+    roles: list[str] | None = None
     members: list[str]  # agent specs, usually card:NAME or scripted:DOMAIN/NAME
 
 
@@ -49,6 +51,14 @@ def load_panel(name: str) -> Panel:
         raise UserError(f"{path} is not a valid panel ({first}); see counterparts/panels/ for the format") from None
     if panel.name != name:
         raise UserError(f"{path} names itself {panel.name!r}; the file name and `name` must match")
+    if panel.roles is not None:
+        from ibrl_bench.domains import get_domain
+
+        known = get_domain(panel.domain).roles
+        unknown = [r for r in panel.roles if r not in known]
+        if unknown or not panel.roles:
+            raise UserError(f"{path}: roles {panel.roles} must be a non-empty subset of {panel.domain}'s roles "
+                            f"({', '.join(known)})")
     for spec in panel.members:
         parse_spec(spec)
     return panel

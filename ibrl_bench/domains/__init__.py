@@ -12,7 +12,13 @@ def _dealnodeal() -> Domain:
     return DealOrNoDeal()
 
 
-_FACTORIES = {"dealnodeal": _dealnodeal}
+def _telesales() -> Domain:
+    from ibrl_bench.domains.telesales.game import TeleSales
+
+    return TeleSales()
+
+
+_FACTORIES = {"dealnodeal": _dealnodeal, "telesales": _telesales}
 DOMAINS = tuple(_FACTORIES)
 
 

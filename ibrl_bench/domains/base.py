@@ -173,6 +173,10 @@ class Domain(ABC):
         """The conversation a chat model sees for `obs`: system prompt, then alternating turns."""
         raise NotImplementedError(f"domain {self.name} has no prompts for language-model agents")
 
+    def describe(self, scenario: Scenario) -> str:
+        """A scenario for a human reader (`ibrl-bench play`); domains with rich data say it better."""
+        return json.dumps(scenario.data)
+
     def other(self, role: Role) -> Role:
         a, b = self.roles
         if role not in self.roles:

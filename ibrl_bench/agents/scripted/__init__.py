@@ -13,6 +13,10 @@ def registry(domain: str) -> dict[str, type]:
         from ibrl_bench.agents.scripted.dealnodeal import NEGOTIATORS
 
         return NEGOTIATORS
+    if domain == "telesales":
+        from ibrl_bench.agents.scripted.telesales import AGENTS
+
+        return AGENTS
     return {}
 
 

@@ -179,3 +179,31 @@ def test_prompts_hold_only_the_roles_own_values():
         other = scenario.data["values"][game.other(role)]
         if other != own:
             assert ", ".join(f"{i}={v}" for i, v in zip(("book", "hat", "ball"), other)) not in text
+
+
+def test_telesales_prompts_hold_only_the_roles_own_brief():
+    game = get_domain("telesales")
+    for scenario in game.scenario_set("dev", 10).scenarios:
+        state = game.start(scenario, 0)
+        seller = json.dumps(game.chat_messages(game.observe(state, "seller")))
+        buyer = json.dumps(game.chat_messages(game.observe(state, "buyer")))
+        persona, brief = scenario.data["buyer"], scenario.data["seller"]
+        assert f"${persona['budget']}" in buyer and f"${persona['budget']}" not in seller
+        assert f"${persona['reservation']}" not in seller
+        for item in brief["inventory"]:
+            assert f"floor ${item['floor']}" in seller and f"${item['floor']}" not in buyer
+
+
+def test_telesales_plays_over_http_like_in_process(tmp_path):
+    seller, buyer = "scripted:telesales/consultative", "scripted:telesales/skeptical"
+    direct = Crossplay(CrossplayConfig(domain="telesales", policies=[seller], counterparts=[buyer], roles=["seller"],
+                                       scenarios=4), tmp_path / "direct")
+    asyncio.run(direct.run())
+    with serve(make_app()) as url:
+        http = Crossplay(CrossplayConfig(domain="telesales", policies=[remote(url, seller)], counterparts=[buyer],
+                                         roles=["seller"], scenarios=4), tmp_path / "http")
+        asyncio.run(http.run())
+    a, b = by_game(direct.store.records()), by_game(http.store.records())
+    assert a.keys() == b.keys()
+    assert all(b[k].outcome == a[k].outcome for k in a)
+    assert json.loads((tmp_path / "http" / "manifest.json").read_text())["identity"]["prompt"].startswith("ts-prompt-v1")

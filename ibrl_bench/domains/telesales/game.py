@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario, Turn
-from ibrl_bench.domains.telesales import parser, rules, scenarios
+from ibrl_bench.domains.telesales import parser, prompts, rules, scenarios
 from ibrl_bench.domains.telesales.catalog import load_catalog
 from ibrl_bench.domains.telesales.models import TIERS, Brief, Offer, Persona
 
@@ -61,6 +61,11 @@ class TeleSales(Domain):
     name = "telesales"
     roles = (SELLER, BUYER)
     default_max_turns = DEFAULT_MAX_TURNS
+    prompt_version = prompts.PROMPT_VERSION
+    prompt_hash = prompts.PROMPT_HASH
+
+    def chat_messages(self, obs: Observation) -> list[dict[str, str]]:
+        return prompts.chat_messages(obs)
 
     def scenario_set(self, split: str = "test", n: int | None = None):
         return scenarios.scenario_set(split, n)

@@ -1,0 +1,89 @@
+"""Role prompts for language-model agents playing Vehicle TeleSales.
+
+Each prompt states the protocol, the role's own brief (never the other's) and the exact tags. The
+wording is versioned: PROMPT_VERSION changes whenever it does, and its hash goes into each run
+manifest. Scripted agents do not read prompts.
+"""
+
+from __future__ import annotations
+
+from ibrl_bench.domains.base import Observation, content_hash
+from ibrl_bench.domains.telesales.catalog import load_catalog
+
+PROMPT_VERSION = "ts-prompt-v1"
+
+SELLER = """You are a car salesperson at {dealership}, calling a prospective buyer you have never met. Your goal is a valid sale at a good price.
+
+Vehicles in stock (list price; your floor, the lowest price you may sell for, is private):
+{inventory}
+Extras you may add to an offer (their cost to the dealership): {incentives}
+
+Rules:
+- You and the buyer take turns; the call ends after {max_turns} messages in total, or when the buyer accepts or leaves.
+- Make a formal offer with the tag <offer>vehicle=ID price=N extras=ID,ID</offer> (extras optional), using the vehicle ids above. The buyer can accept only your latest offer.
+- An offer below the floor, of a vehicle not in stock, or with an extra you do not have makes the sale fall through; a sale also falls through if the vehicle misses something the buyer must have or the price is over the buyer's budget.
+Write only your next message: short, as on the phone."""
+
+BUYER = """You are a {temperament} customer taking a call from a car dealership. You are looking for a vehicle.
+
+Your private situation (never reveal your budget or your limit outright):
+- Must have: {must_haves}.
+- Nice to have: {nice}.
+- Budget: at most ${budget}; you would rather not pay more than ${reservation} for a vehicle that just meets your needs (each nice-to-have it has is worth about ${nice_bonus} more to you).
+- Extras you would value: {extras}.
+- Patience: you will leave after about {patience} of your own messages if the call goes nowhere.
+
+Rules:
+- You and the seller take turns; the call ends after {max_turns} messages in total.
+- To accept the seller's latest formal offer, write <accept>. To end the call without buying, write <leave>.
+- Accept only an offer whose vehicle has everything you must have and whose price is within your budget.
+Write only your next message: short, as on the phone."""
+
+OPEN = "The call starts now. Open it."
+TEMPLATES = {"seller": SELLER, "buyer": BUYER, "open": OPEN}
+PROMPT_HASH = content_hash([PROMPT_VERSION, TEMPLATES])
+
+
+def _seller(obs: Observation) -> str:
+    catalog = load_catalog()
+    brief = obs.private["brief"]
+    lines = []
+    for item in brief["inventory"]:
+        v = catalog.vehicle(item["vehicle"])
+        features = ", ".join(catalog.feature_name(f) for f in v.features) if v else ""
+        lines.append(f"- {item['vehicle']}: {v.summary() if v else ''}; features: {features or 'none'}; "
+                     f"list ${v.list_price if v else '?'}; floor ${item['floor']}")
+    incentives = ", ".join(f"{i['id']} (${i['cost']})" for i in brief["incentives"]) or "none"
+    return SELLER.format(dealership=brief["dealership"], inventory="\n".join(lines), incentives=incentives,
+                         max_turns=obs.max_turns)
+
+
+def _buyer(obs: Observation) -> str:
+    catalog = load_catalog()
+    p = obs.private["persona"]
+    need = p["must_haves"]
+    parts = []
+    if need["bodies"]:
+        parts.append("body " + " or ".join(need["bodies"]))
+    if need["fuels"]:
+        parts.append("fuel " + " or ".join(f.replace("_", "-") for f in need["fuels"]))
+    if need["min_seats"]:
+        parts.append(f"at least {need['min_seats']} seats")
+    parts += [catalog.feature_name(f) for f in need["features"]]
+    extras = ", ".join(f"{k} (worth ${v})" for k, v in p["incentive_values"].items()) or "none in particular"
+    return BUYER.format(
+        temperament=p["temperament"], must_haves="; ".join(parts) or "nothing specific",
+        nice=", ".join(catalog.feature_name(f) for f in p["nice_to_haves"]) or "nothing in particular",
+        budget=p["budget"], reservation=p["reservation"], nice_bonus=p["nice_bonus"], extras=extras,
+        patience=p["patience"], max_turns=obs.max_turns,
+    )
+
+
+def chat_messages(obs: Observation) -> list[dict[str, str]]:
+    system = _seller(obs) if obs.role == "seller" else _buyer(obs)
+    messages = [{"role": "system", "content": system}]
+    if not obs.dialogue or obs.dialogue[0].role == obs.role:
+        messages.append({"role": "user", "content": OPEN})
+    for m in obs.dialogue:
+        messages.append({"role": "assistant" if m.role == obs.role else "user", "content": m.text})
+    return messages

@@ -11,7 +11,8 @@ count, so that all rankings compare the same games.
   game where one player picks a policy and the other a column, the payoff being the score. Its
   maximum-entropy equilibrium weighs the columns; a policy's Nash value is its score against
   that mixture. Unlike the uniform mean it cannot be moved by adding easy counterparts or copies
-  of one: a duplicated column shares its weight with its copy. The game value comes from
+  of one: a duplicated column shares its weight with its copy (copies are merged before solving,
+  see `maxent_nash`). The game value comes from
   `scipy.optimize.linprog` (HiGHS); among the optimal strategies of each player (a polytope), the
   one of maximum entropy (unique: entropy is strictly concave) is found by `scipy.optimize.minimize`
   (SLSQP) under the constraints that keep it optimal.
@@ -37,7 +38,7 @@ from ibrl_bench.stats.resampling import _none_if_nan, bootstrap_statistic
 
 NASH_SOLVER = ("game value by scipy.optimize.linprog (HiGHS); maximum-entropy equilibrium by "
                "scipy.optimize.minimize (SLSQP) over each player's optimal strategies, reduced first to "
-               "their support and implicit equalities by linprog")
+               "their support and implicit equalities by linprog; exact copies merged, their weight split equally")
 
 
 class PolicyRank(BaseModel):
@@ -158,8 +159,24 @@ def maxent_nash(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]
     Returns (row strategy, column strategy, game value, solver description). In a zero-sum game
     the equilibria are the pairs of optimal strategies, so the maximum-entropy equilibrium is the
     pair of each player's maximum-entropy optimal strategy.
+
+    Exact copies (identical rows, or identical columns) are merged first and their weight split
+    equally afterwards. Without this, maximum entropy is not invariant to copies where the
+    equilibrium is not unique: splitting a column's weight in two raises the entropy by
+    weight x log 2, which pulls weight towards duplicated columns and moves the Nash values of
+    policies outside the equilibrium. With it, a copied counterpart changes nothing.
     """
     s = np.asarray(scores, dtype=float)
+    rows, row_of = np.unique(s, axis=0, return_inverse=True)
+    merged, col_of = np.unique(rows, axis=1, return_inverse=True)
+    row_of, col_of = np.ravel(row_of), np.ravel(col_of)
+    p_u, q_u, value, solver = _maxent_nash_distinct(merged)
+    p = p_u[row_of] / np.bincount(row_of)[row_of]
+    q = q_u[col_of] / np.bincount(col_of)[col_of]
+    return p, q, value, solver
+
+
+def _maxent_nash_distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
     m, n = s.shape
     scale = max(1.0, float(np.abs(s).max()))
     # max v  s.t.  s.T @ p >= v,  sum p = 1,  p >= 0   (and the mirror problem for the columns)

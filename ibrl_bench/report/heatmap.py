@@ -54,8 +54,7 @@ def render_heatmap(
     width = max(6.0, 1.5 + 1.45 * len(columns))
     height = max(3.0, 1.9 + 0.75 * len(policies))
     fig, ax = plt.subplots(figsize=(width, height), dpi=150, layout="constrained")
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     for i, p in enumerate(policies):
         for j, (c, r) in enumerate(columns):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ibrl_bench.stats.batch import bootstrap_means, interval_batch, matrix_metrics
+from ibrl_bench.stats.batch import bootstrap_means, interval_batch, matrix_metrics, resample_indices
 from ibrl_bench.stats.cells import cell_metrics
 from ibrl_bench.stats.intervals import cluster_bootstrap, rate_interval, wilson
 from simulate import frame
@@ -42,9 +42,8 @@ def test_bca_matches_scipy_exactly_given_the_same_resamples():
     means = rng.gamma(2.0, 1.0, size=(3, 25))
     low, high, bca = bootstrap_means(means, n_resamples=5000, seed=9)
     assert bca.all()
-    # Rebuild the same resamples: the generator is seeded by (seed, k), drawing indices in one chunk.
-    gen = np.random.default_rng([9, 25])
-    idx = gen.integers(0, 25, size=(5000, 25))
+    idx = resample_indices(25, 5000, seed=9)  # the same resamples
+    assert idx.min() == 0 and idx.max() == 24
     for row in range(3):
         boot = means[row][idx].mean(axis=1)
         res = stats.bootstrap((means[row],), np.mean, n_resamples=0, method="BCa",

@@ -30,7 +30,6 @@ from ibrl_bench.runs import Run, load_run
 POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/fair", "scripted:dealnodeal/tit_for_tat"]
 COUNTERPARTS = ["scripted:dealnodeal/conceder", "scripted:dealnodeal/hardliner", "scripted:dealnodeal/random"]
 HOSTILE = '</script><script>document.title="pwned"</script><img src="https://example.com/x.png"> & <b>bold</b>'
-TESTS = Path(__file__).parent
 
 
 def play(folder: Path, seeds: int) -> Path:
@@ -232,15 +231,12 @@ def test_report_in_headless_chromium(report, run_folder, tmp_path):
         shutil.copy(shot, os.environ["IBRL_REPORT_SCREENSHOT"])
 
 
-@pytest.mark.slow
-def test_report_command_end_to_end(run_folder, tmp_path):
+def test_report_command(run_folder, tmp_path, capsys):
     out = tmp_path / "r" / "report.html"
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    proc = subprocess.run([sys.executable, "-m", "ibrl_bench", "report", str(run_folder), "--out", str(out),
-                           "--train-counterpart", "hardliner", "--max-episodes", "50"],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert out.exists() and (out.parent / "heatmap.png").exists()
+    code, stdout, err = cli("report", str(run_folder), "--out", str(out), "--train-counterpart", "hardliner",
+                            "--max-episodes", "50", capsys=capsys)
+    assert code == 0, err
+    assert str(out) in stdout and out.exists() and (out.parent / "heatmap.png").exists()
     text = out.read_text()
     data = json.loads(text.split('id="episodes-data">', 1)[1].split("</script>", 1)[0])
     assert len(data["episodes"]) == 50 and data["total"] == 288

@@ -26,7 +26,7 @@ def test_bounds_agree_with_scipy_bootstrap():
     cases = [("rate", *clustered_rates(rng)), ("mean", rng.lognormal(0, 1, 90), np.repeat(np.arange(30), 3)),
              ("mean", rng.normal(5, 2, 50), np.arange(50))]
     ours = interval_batch(cases, n_resamples=40_000, seed=1)
-    for (kind, values, clusters), iv in zip(cases, ours):
+    for (_, values, clusters), iv in zip(cases, ours):
         ref = cluster_bootstrap(values, clusters, n_resamples=40_000, seed=2)
         assert iv.estimate == ref.estimate and iv.method == ref.method
         assert (iv.n, iv.n_clusters) == (ref.n, ref.n_clusters)
@@ -88,7 +88,7 @@ def test_matrix_metrics_equal_cell_metrics_up_to_resampling_noise():
                              "policy_score": 10 * level + rng.normal(), "m_pareto_optimal": bool(rng.random() < .5) if ok else None})
     df = frame(rows)
     batch = matrix_metrics(df, ["policy", "counterpart", "policy_role"], n_resamples=20_000)
-    for (p, c, r), metrics in batch.items():
+    for (p, _, _), metrics in batch.items():
         one = cell_metrics(df[df["policy"] == p], n_resamples=20_000)
         assert list(metrics) == list(one)
         for name in metrics:

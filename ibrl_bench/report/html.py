@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-import pandas as pd
 from pydantic import BaseModel, Field
 
 from ibrl_bench import __version__
@@ -100,10 +99,12 @@ def _num(x: float | None, percent: bool, signed: bool = False) -> str:
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
-def fmt_iv(iv: Interval | None, percent: bool = False, signed: bool = False) -> str:
+def fmt_iv(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:
+    """`97% [87, 100]` for a rate, `+12 [4, 20]` for a difference of rates in points, `8.07 [7.32,
+    8.53]` for a score; `unit=False` leaves out the % (tables that say "%" in their header)."""
     if iv is None or iv.estimate is None:
         return "n/a"
-    text = _num(iv.estimate, percent, signed) + ("%" if percent and not signed else "")
+    text = _num(iv.estimate, percent, signed) + ("%" if percent and not signed and unit else "")
     if iv.low is None or iv.high is None:
         return text
     return f"{text} [{_num(iv.low, percent, signed)}, {_num(iv.high, percent, signed)}]"
@@ -197,7 +198,7 @@ def _nav(page: _Page, has_passk: bool) -> str:
 
 
 def _heat_cell(iv: Interval | None, lo: float, hi: float, stops, percent: bool, signed: bool, attrs: str,
-               tip: str) -> str:
+               tip: str, clickable: bool = True) -> str:
     if iv is None or iv.estimate is None:
         return f'<td class="na" title="{esc(tip)}">n/a</td>'
     span = hi - lo or 1.0
@@ -212,7 +213,8 @@ def _heat_cell(iv: Interval | None, lo: float, hi: float, stops, percent: bool, 
         mark = 100 * (min(max(iv.estimate, lo), hi) - lo) / span
         bar = (f'<div class="bar"><span style="left:{left:.1f}%;width:{width:.1f}%"></span>'
                f'<i style="left:calc({mark:.1f}% - 1px)"></i></div>')
-    return (f'<td {attrs} class="{"dark" if light else ""}" style="background:{bg};color:{ink}" '
+    classes = " ".join(c for c in ("dark" if light else "", "" if clickable else "static") if c)
+    return (f'<td {attrs} class="{classes}" style="background:{bg};color:{ink}" '
             f'title="{esc(tip)}"><div class="est">{esc(est)}</div>{ci}{bar}</td>')
 
 
@@ -273,9 +275,9 @@ def _table(headers: list[tuple[str, bool]], rows: list[list[str]], sortable: boo
             f"<tbody>{body}</tbody></table></div>")
 
 
-def _td(iv: Interval | None, percent: bool = False, signed: bool = False) -> str:
+def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:
     sort = "" if iv is None or iv.estimate is None else f' data-sort="{iv.estimate}"'
-    return f'<td class="num"{sort} title="{esc(describe(iv))}">{esc(fmt_iv(iv, percent, signed))}</td>'
+    return f'<td class="num"{sort} title="{esc(describe(iv))}">{esc(fmt_iv(iv, percent, signed, unit))}</td>'
 
 
 def _note(ivs: list[Interval | None], extra: str = "") -> str:
@@ -315,18 +317,21 @@ def _rankings(page: _Page, r: Rankings | None) -> str:
     norm_dropped = ""
     if r.normalized_dropped:
         norm_dropped = "Left out (best score 0): " + ", ".join(f"{short(c)}/{ro}" for c, ro in r.normalized_dropped) + "."
+    uni_note = _note([x.mean for x in r.uniform], "Rank = 1 + the number of policies whose interval lies wholly "
+                     "above this one's; overlapping intervals share a rank.")
+    nash_note = _note([v.value for v in r.nash.values], "Maximum-entropy equilibrium of the zero-sum game policy "
+                      f"vs counterpart (Balduzzi et al. 2018); solver: {r.nash.solver}.")
+    norm_note = _note([s.iqm for s in r.normalized], "Each cell divided by the best policy in its column, then the "
+                      "interquartile mean over columns. " + norm_dropped)
     return f"""<section id="rankings"><h2>Rankings</h2>
 <p class="lead">Three ways to sum the matrix up on {esc(label(metric))}, over the {r.n_scenarios} scenarios that every
 cell scored.{esc(dropped)}</p>
 <div class="cards">
-<div class="card"><h3>Uniform mean over the {len(r.columns)} columns</h3>{uni}
-{_note([x.mean for x in r.uniform], "Rank = 1 + the number of policies whose interval lies wholly above this one's; overlapping intervals share a rank.")}</div>
+<div class="card"><h3>Uniform mean over the {len(r.columns)} columns</h3>{uni}{uni_note}</div>
 <div class="card"><h3>Nash averaging (agent vs counterpart)</h3>{nash}
 <div class="small" style="margin-top:8px">weights the equilibrium puts on the panel (game value {r.nash.game_value:.3f}):</div>
-<div class="weights">{chips}</div>
-{_note([v.value for v in r.nash.values], "Maximum-entropy equilibrium of the zero-sum game policy vs counterpart (Balduzzi et al. 2018); solver: " + r.nash.solver + ".")}</div>
-<div class="card"><h3>Normalized score (IQM)</h3>{norm}
-{_note([s.iqm for s in r.normalized], "Each cell divided by the best policy in its column, then the interquartile mean over columns. " + norm_dropped)}</div>
+<div class="weights">{chips}</div>{nash_note}</div>
+<div class="card"><h3>Normalized score (IQM)</h3>{norm}{norm_note}</div>
 </div></section>"""
 
 
@@ -346,7 +351,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 iv = by.get((p, c))
                 tip = (f"{short(p)}: score vs {short(c)} minus its mean vs the other counterparts: "
                        f"{fmt_iv(iv, percent, True)}{' points' if percent else ''}. {describe(iv)}")
-                tds.append(_heat_cell(iv, -span, span, DIVERGING, percent, True, "", tip).replace("<td ", '<td style="cursor:default" ', 1))
+                tds.append(_heat_cell(iv, -span, span, DIVERGING, percent, True, "", tip, clickable=False))
             rows.append(f'<tr><th class="row" title="{esc(p)}">{esc(short(p))}</th>{"".join(tds)}</tr>')
         unit = " (in points)" if percent else ""
         body = (f'<p class="lead">Static-counterpart mismatch: a policy trained against one counterpart may exploit '
@@ -425,7 +430,7 @@ def _cells(page: _Page) -> str:
                f'<td class="num" data-sort="{c.n_errors}">{c.n_errors or ""}</td>']
         for m in metrics:
             iv = c.metrics.get(m)
-            tds.append(_td(iv, page.percent(m)).replace("%", "", 1) if page.percent(m) else _td(iv))
+            tds.append(_td(iv, page.percent(m), unit=False))
         rows.append(tds)
     ivs = [iv for c in page.results.cells for iv in c.metrics.values()]
     return (f'<section id="cells"><h2>All cells</h2><p class="lead">Every metric of every cell with its '
@@ -612,7 +617,3 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None) -> t
                          title=f"{label(metric)} by cell, {run.manifest.domain}", note=note)
     return out, png
 
-
-def frame_summary(frame: pd.DataFrame) -> dict[str, int]:
-    """Counts for a quick look (used by tests and the CLI)."""
-    return {"episodes": len(frame), "errors": int((frame["status"] == "error").sum())}

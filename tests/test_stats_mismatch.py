@@ -132,3 +132,12 @@ def test_mismatch_intervals_cover_the_truth(monkeypatch):
     assert 0.91 <= pooled <= 0.985, pooled
     for name, cov in coverage.items():
         assert cov >= 0.85, (name, cov)
+
+
+def test_a_counterpart_with_only_errors_is_named():
+    df = known_matrix()
+    df.loc[df["counterpart"] == "H2", "status"] = "error"
+    with pytest.raises(UserError, match="no scored episode against H2.*--heldout"):
+        mismatch(df, "P", "C")
+    m = mismatch(df, "P", "C", heldout=["H1"])
+    assert m.heldout == ["H1"] and m.gap.difference.estimate == pytest.approx(0.5)

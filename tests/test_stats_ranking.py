@@ -160,3 +160,12 @@ def test_ranking_intervals_cover_the_truth():
     assert 0.91 <= pooled <= 0.985, pooled
     for name, cov in coverage.items():
         assert cov >= 0.87, (name, cov)
+
+
+def test_a_counterpart_with_only_errors_is_left_out_not_fatal():
+    rows = [dict(policy=p, counterpart=c, scenario_id=f"s{i}", success=(i + j) % 3 > 0,
+                 status="error" if c == "broken" else "ok")
+            for j, p in enumerate(["A", "B"]) for c in ("c1", "c2", "broken") for i in range(6)]
+    r = rankings(frame(rows))
+    assert r.columns == [("c1", "a"), ("c2", "a")] and r.columns_dropped == [("broken", "a")]
+    assert set(r.nash.counterpart_weights) == {"c1", "c2"}

@@ -314,6 +314,9 @@ def _rankings(page: _Page, r: Rankings | None) -> str:
     dropped = ""
     if r.n_scenarios_dropped:
         dropped = f" {r.n_scenarios_dropped} scenarios left out: not scored in every cell."
+    if r.columns_dropped:
+        dropped += (" Left out for lack of scored episodes: "
+                    + ", ".join(f"{short(c)} (role {ro})" for c, ro in r.columns_dropped) + ".")
     norm_dropped = ""
     if r.normalized_dropped:
         norm_dropped = "Left out (best score 0): " + ", ".join(f"{short(c)}/{ro}" for c, ro in r.normalized_dropped) + "."

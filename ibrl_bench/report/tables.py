@@ -132,6 +132,9 @@ def rankings(r: Rankings) -> Group:
     sizes = f"n = {n.n} episodes over {n.n_clusters} scenarios" if n else ""
     if r.n_scenarios_dropped:
         sizes += f" ({r.n_scenarios_dropped} scenarios left out: not scored in every cell)"
+    if r.columns_dropped:
+        sizes += "; columns left out, without scored episodes for every policy: " + ", ".join(
+            f"{short(c)}/{ro}" for c, ro in r.columns_dropped)
     rank_note = "rank = 1 + policies whose interval lies wholly above"
 
     nash = _table(f"Nash averaging of {r.metric} (agent vs task; game value {r.nash.game_value:.3f})")

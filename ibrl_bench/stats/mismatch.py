@@ -115,10 +115,14 @@ def mismatch(frame: pd.DataFrame, policy: str, train_counterpart: str, *, heldou
     played = frame[frame["policy"].isin(policies)].set_index(GAME).index.unique()
     wide = data.set_index([*GAME, "policy", "counterpart"])["y"].unstack(["policy", "counterpart"])
     wide = wide.reindex(index=played, columns=pd.MultiIndex.from_tuples(needed))
+    for p, c in needed:
+        if wide[(p, c)].isna().all():
+            raise UserError(f"{p} has no scored episode against {c} (all errors, or {metric} undefined there); "
+                            "rerun the missing episodes, or name the held-out counterparts to use with --heldout")
     games = wide.dropna()
     if games.empty:
         raise UserError(f"no game has {policy} scored against {train_counterpart} and every held-out counterpart; "
-                        "check the names, or rerun the missing episodes")
+                        "rerun the missing episodes, or choose the held-out counterparts with --heldout")
     scen = games.index.get_level_values("scenario_id").astype(str).to_numpy()
     n = len(games)
     binary = kind == "rate"

@@ -82,6 +82,7 @@ class Rankings(BaseModel):
     nash: NashAveraging
     normalized: list[NormalizedScore]
     normalized_dropped: list[tuple[str, str]]  # columns where the best policy scores <= 0
+    columns_dropped: list[tuple[str, str]] = []  # columns some policy has no scored episode in
 
 
 # ------------------------------------------------------------------------- Nash averaging
@@ -205,14 +206,23 @@ def _maxent_nash_distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
 
 # ------------------------------------------------------------------------- the rankings
 
-def scenario_tensor(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, list[str], list[tuple[str, str]], int, int]:
+def scenario_tensor(frame: pd.DataFrame, metric: str
+                    ) -> tuple[np.ndarray, list[str], list[tuple[str, str]], int, int, list[tuple[str, str]]]:
     """Per-scenario cell means as an array (policies x columns x scenarios), over the scenarios
-    every cell scored. Returns (array, policies, columns, scenarios dropped, episodes behind it)."""
+    every cell scored. Columns where some policy has no scored episode at all (a counterpart whose
+    every episode failed) are left out rather than emptying the matrix. Returns (array, policies,
+    columns, scenarios dropped, episodes behind it, columns dropped)."""
     data, _ = scored_with_metric(frame, metric)
     if data.empty:
         raise UserError(f"no scored episode with a defined {metric}; nothing to rank")
     policies = list(dict.fromkeys(frame["policy"]))
-    columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"])))
+    all_columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"])))
+    present = set(zip(data["policy"], data["counterpart"], data["policy_role"]))
+    columns = [(c, r) for c, r in all_columns if all((p, c, r) in present for p in policies)]
+    dropped_columns = [col for col in all_columns if col not in columns]
+    if not columns:
+        raise UserError(f"no counterpart has every policy scored with a defined {metric}; nothing to rank")
+    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"])]]
     per = data.groupby(["scenario_id", "policy", "counterpart", "policy_role"])["y"].mean()
     wide = per.unstack(["policy", "counterpart", "policy_role"])
     wide = wide.reindex(columns=pd.MultiIndex.from_tuples([(p, c, r) for p in policies for c, r in columns]))
@@ -220,7 +230,7 @@ def scenario_tensor(frame: pd.DataFrame, metric: str) -> tuple[np.ndarray, list[
     complete = wide.dropna()
     values = complete.to_numpy().reshape(len(complete), len(policies), len(columns))
     n = int(data["scenario_id"].isin(set(complete.index)).sum())
-    return np.moveaxis(values, 0, -1), policies, columns, all_scenarios - len(complete), n
+    return np.moveaxis(values, 0, -1), policies, columns, all_scenarios - len(complete), n, dropped_columns
 
 
 def _uniform(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -264,7 +274,7 @@ def rank_rule(intervals: list[Interval]) -> list[int | None]:
 
 def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: float = 0.95,
              n_resamples: int = 2000, seed: int = 0) -> Rankings:
-    x, policies, columns, dropped, n = scenario_tensor(frame, metric)
+    x, policies, columns, dropped, n, dropped_columns = scenario_tensor(frame, metric)
     k = x.shape[-1]
     if k == 0:
         raise UserError(f"no scenario has every cell scored with a defined {metric}; nothing to rank on the same games")
@@ -299,5 +309,5 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
         uniform=sorted(uniform, key=lambda r: -(r.mean.estimate if r.mean.estimate is not None else -np.inf)),
         nash=nash,
         normalized=[NormalizedScore(policy=p, iqm=iv) for p, iv in zip(policies, norm_ivs)],
-        normalized_dropped=norm_dropped,
+        normalized_dropped=norm_dropped, columns_dropped=dropped_columns,
     )

@@ -374,7 +374,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 [f"<td>score vs the held-out panel ({len(m.heldout)})</td>", _td(m.gap.b, percent), "<td></td>"],
                 ["<td><b>gap</b> (training minus held-out)</td>", _td(m.gap.difference, percent, True),
                  f'<td class="num" title="{esc(m.gap.test.test)}">{_p(m.gap.test.p_value)}</td>'],
-                ["<td>proportional loss (gap / training score)</td>", _td(m.proportional_loss, True, True), "<td></td>"],
+                ["<td>proportional loss (gap / training score)</td>", _td(m.proportional_loss, True), "<td></td>"],
             ]
             for h in m.per_heldout:
                 worst = " <b>(worst)</b>" if h.scope == m.worst else ""

@@ -120,3 +120,19 @@ def test_coverage_on_clustered_rates_and_scores():
     assert 0.90 <= cov_score <= 0.975, cov_score
     assert naive <= 0.85, naive
     assert all(iv.method == "cluster bootstrap BCa (scenarios)" for iv in ivs)
+
+
+def test_wilson_in_closed_form_equals_scipy():
+    from ibrl_bench.stats.batch import _Wilson, wilson_many
+
+    cases = [(0, 1), (1, 1), (0, 20), (20, 20), (7, 10), (62, 100), (3, 40), (250, 1000), (999, 1000)]
+    for confidence in (0.9, 0.95, 0.99):
+        got = wilson_many([_Wilson(k, n) for k, n in cases], confidence)
+        for (k, n), iv in zip(cases, got):
+            ref = wilson(k, n, confidence)
+            assert (iv.estimate, iv.method, iv.n, iv.n_clusters) == (ref.estimate, ref.method, ref.n, ref.n_clusters)
+            assert iv.low == pytest.approx(ref.low, abs=1e-12) and iv.high == pytest.approx(ref.high, abs=1e-12)
+            if k == 0:
+                assert iv.low == ref.low == 0.0
+            if k == n:
+                assert iv.high == ref.high == 1.0

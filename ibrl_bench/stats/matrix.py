@@ -111,14 +111,18 @@ def summarize(
 
 
 def cells_table(results: Results) -> pd.DataFrame:
-    """Flat table for cells.csv: estimate, bounds and method of every metric."""
+    """Flat table for cells.csv: estimate, bounds, method and sample sizes of every metric, and the
+    confidence level."""
     rows = []
     for cell in results.cells:
         row = cell.model_dump(exclude={"metrics"})
+        row["confidence"] = results.confidence
         for name, iv in cell.metrics.items():
             row[name] = iv.estimate
             row[f"{name}_low"] = iv.low
             row[f"{name}_high"] = iv.high
             row[f"{name}_method"] = iv.method
+            row[f"{name}_n"] = iv.n
+            row[f"{name}_n_clusters"] = iv.n_clusters
         rows.append(row)
     return pd.DataFrame(rows)

@@ -307,6 +307,223 @@ def counterparts_check(name: str, domain: str | None) -> None:
     console.print(f"reply: {reply.text[:300]}", markup=False, highlight=False)
 
 
+# ---------------------------------------------------------------- analysis of a run (stats, report)
+
+_metric_option = click.option("--metric", default="success_at_1", show_default=True,
+                              help="Metric by name: success_at_1, agreement, policy_score, ... or a domain metric.")
+_role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
+_confidence_option = click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+
+
+def _open_run(path: str, roles: tuple[str, ...] = ()):
+    """The run and its episode table, narrowed to `roles`."""
+    from ibrl_bench.runs import Run
+
+    run = Run(path)
+    frame = run.frame
+    if frame.empty:
+        raise UserError(f"{path} holds no finished episode yet; run crossplay first")
+    for role in roles:
+        if role not in set(frame["policy_role"]):
+            raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
+    if roles:
+        frame = frame[frame["policy_role"].isin(roles)]
+    return run, frame
+
+
+def _emit(result, renderable, as_json: bool) -> None:
+    if as_json:
+        click.echo(result.model_dump_json(indent=2) if hasattr(result, "model_dump_json")
+                   else json.dumps([r.model_dump() for r in result], indent=2))
+    else:
+        console.print(renderable)
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("a")
+@click.argument("b")
+@click.option("--kind", type=click.Choice(["policy", "counterpart"]), default=None,
+              help="Whether A and B are policies or counterparts (default: whichever both are).")
+@_metric_option
+@_role_option
+@_confidence_option
+@_json_option
+def compare(run, a, b, kind, metric, roles, confidence, as_json) -> None:
+    """A minus B on the same games: paired by scenario, seed, role and opponent.
+
+    A and B are two policies (or two counterparts) of the run, by spec or short name. Prints the
+    difference with a paired cluster-bootstrap interval and a p-value (exact McNemar with one pair
+    per scenario, else a permutation test over scenarios), overall and per cell.
+    """
+    from ibrl_bench.report import tables
+    from ibrl_bench.runs import resolve
+    from ibrl_bench.stats.paired import compare as compare_stats
+
+    r, frame = _open_run(run, roles)
+    if kind is None:
+        in_p = [x for x in (a, b) if _resolves(x, r.policies)]
+        in_c = [x for x in (a, b) if _resolves(x, r.counterparts)]
+        kind = "policy" if len(in_p) == 2 else "counterpart" if len(in_c) == 2 else None
+        if kind is None:
+            raise UserError(f"{a} and {b} are not both policies nor both counterparts of the run; "
+                            f"policies: {', '.join(r.policies)}; counterparts: {', '.join(r.counterparts)}")
+    choices = r.policies if kind == "policy" else r.counterparts
+    a, b = resolve(a, choices, kind), resolve(b, choices, kind)
+    result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence)
+    _emit(result, tables.comparison(result), as_json)
+
+
+def _resolves(name: str, choices: list[str]) -> bool:
+    from ibrl_bench.runs import resolve
+
+    try:
+        resolve(name, choices, "")
+        return True
+    except UserError:
+        return False
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@click.option("--policy", "policies", multiple=True, required=True, metavar="P", help="Policy to test; repeatable (Holm-adjusted p-values across them).")
+@click.option("--train-counterpart", required=True, metavar="C", help="The counterpart the policy trained against.")
+@click.option("--heldout", multiple=True, metavar="H", help="Held-out counterparts (default: every other counterpart of the run).")
+@click.option("--reference", default=None, metavar="P0", help="Reference policy (e.g. the base model) for the difference-in-differences.")
+@_metric_option
+@_role_option
+@_confidence_option
+@_json_option
+def mismatch(run, policies, train_counterpart, heldout, reference, metric, roles, confidence, as_json) -> None:
+    """Static-counterpart mismatch: score against the training counterpart minus the held-out panel.
+
+    Paired by game (scenario, seed, role); with intervals, the proportional loss, the gap against
+    each held-out counterpart and the worst, and with --reference the difference-in-differences.
+    """
+    from ibrl_bench.report import tables
+    from ibrl_bench.stats.mismatch import mismatch_many
+
+    r, frame = _open_run(run, roles)
+    chosen = list(dict.fromkeys(r.resolve(p, "policy") for p in policies))
+    train = r.resolve(train_counterpart, "counterpart")
+    held = [r.resolve(h, "counterpart") for h in heldout] or None
+    ref = r.resolve(reference, "policy") if reference else None
+    result = mismatch_many(frame, chosen, train, reference=ref, heldout=held, metric=metric, confidence=confidence)
+    _emit(result, tables.mismatch(result), as_json)
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@_metric_option
+@_role_option
+@_confidence_option
+@_json_option
+def rank(run, metric, roles, confidence, as_json) -> None:
+    """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM)."""
+    from ibrl_bench.report import tables
+    from ibrl_bench.stats.ranking import rankings
+
+    _, frame = _open_run(run, roles)
+    result = rankings(frame, metric=metric, confidence=confidence)
+    _emit(result, tables.rankings(result), as_json)
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@_metric_option
+@_role_option
+@_confidence_option
+@_json_option
+def passk(run, metric, roles, confidence, as_json) -> None:
+    """pass@k and pass^k of every cell, over the seeds of each scenario (runs with --seeds > 1)."""
+    from ibrl_bench.report import tables
+    from ibrl_bench.stats.passk import passk_table
+
+    _, frame = _open_run(run, roles)
+    if frame.groupby(["policy", "counterpart", "policy_role", "scenario_id"]).size().max() < 2:
+        raise UserError(f"{run} has one seed per scenario; pass@k needs a run with --seeds 2 or more")
+    result = passk_table(frame, metric=metric, confidence=confidence)
+    _emit(result, tables.passk(result), as_json)
+
+
+def _int_list(ctx, param, value: str) -> list[int]:
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"give whole numbers separated by commas, e.g. 1,2,4 (got {value!r})") from None
+    if not out or min(out) < 1:
+        raise click.BadParameter(f"give numbers of seeds >= 1, e.g. 1,2,4 (got {value!r})")
+    return out
+
+
+@cli.command()
+@click.option("--delta", type=float, required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
+@click.option("--rate", type=float, default=None, help="Expected rate of a 0/1 metric (with --icc).")
+@click.option("--icc", type=float, default=None, help="Share of the variance that lies between scenarios (0..1).")
+@click.option("--sd-between", type=click.FloatRange(min=0), default=None, help="SD of scenario means (scores).")
+@click.option("--sd-within", type=click.FloatRange(min=0), default=None, help="SD of an episode around its scenario's mean.")
+@click.option("--corr", type=click.FloatRange(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
+@click.option("--from", "from_run", type=click.Path(file_okay=False), default=None, help="Estimate the variance parameters from a pilot run.")
+@_metric_option
+@click.option("--seeds", "seeds", default="1,2,4,8", show_default=True, callback=_int_list, help="Seeds per scenario to plan for.")
+@click.option("--alpha", type=float, default=0.05, show_default=True)
+@click.option("--power", type=float, default=0.8, show_default=True)
+@click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
+@_json_option
+def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, as_json) -> None:
+    """How many scenarios and seeds detect a difference of DELTA between two policies.
+
+    From clustered standard errors (Miller 2024, "Adding Error Bars to Evals"): give --rate and
+    --icc, or --sd-between and --sd-within, or --from a pilot run to estimate them.
+    """
+    from ibrl_bench.report import tables
+    from ibrl_bench.stats import power as pw
+
+    if from_run:
+        _, frame = _open_run(from_run)
+        components = pw.estimate_components(frame, metric, icc=icc, corr=corr, source=from_run)
+    elif rate is not None:
+        components = pw.from_rate(rate, 0.3 if icc is None else icc, 0.5 if corr is None else corr)
+        if icc is None:
+            components = components.model_copy(update={"source": components.source + " (assumed; pass --icc)"})
+    elif sd_between is not None and sd_within is not None:
+        components = pw.Components(sd_between=sd_between, sd_within=sd_within, corr=0.5 if corr is None else corr,
+                                   source="given")
+    else:
+        raise UserError("plan needs the variance: --rate R [--icc I], or --sd-between and --sd-within, "
+                        "or --from RUN to estimate it from a pilot run")
+    result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired)
+    _emit(result, tables.plan(result), as_json)
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@_metric_option
+@click.option("--train-counterpart", default=None, metavar="C", help="Add a detailed mismatch section for this training counterpart.")
+@click.option("--policy", "policies", multiple=True, metavar="P", help="Policies trained against --train-counterpart (default: all).")
+@click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
+@click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
+@click.option("--out", default=None, type=click.Path(dir_okay=False), help="Where to write the report (default RUN/report.html).")
+def report(run, metric, train_counterpart, policies, reference, max_episodes, out) -> None:
+    """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png."""
+    from ibrl_bench.report.html import ReportOptions, write_report
+    from ibrl_bench.runs import Run
+
+    r = Run(run)
+    if r.frame.empty:
+        raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+    options = ReportOptions(
+        metric=metric,
+        train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
+        policies=[r.resolve(p, "policy") for p in policies],
+        reference=r.resolve(reference, "policy") if reference else None,
+        max_episodes=max_episodes,
+    )
+    html_path, png_path = write_report(r, options, Path(out) if out else None)
+    console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     register_environment()
     logging.basicConfig(level=logging.WARNING, format="%(message)s",

@@ -8,6 +8,8 @@ failure; `cell_counts` reports how many there were. Every metric is clustered by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -55,6 +57,54 @@ def cell_counts(df: pd.DataFrame) -> dict[str, int]:
     }
 
 
+# The built-in metrics: (kind, how to read the per-episode value from the episode table). A
+# "rate" is a mean of 0/1 outcomes (Wilson when there is one seed per scenario), a "mean" a mean
+# of scores (always the bootstrap).
+BUILTIN_METRICS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
+    "agreement": ("rate", lambda d: d["agreement"]),
+    "success_at_1": ("rate", lambda d: d["success"]),
+    "policy_score": ("mean", lambda d: d["policy_score"]),
+    "counterpart_score": ("mean", lambda d: d["counterpart_score"]),
+    "invalid": ("rate", lambda d: d["status"] == "invalid"),
+    "policy_invalid": ("rate", lambda d: d["policy_violated"]),
+    "max_turns": ("rate", lambda d: d["status"] == "max_turns"),
+}
+
+
+def metric_names(df: pd.DataFrame) -> list[str]:
+    """Every metric the table can give: the built-in ones, then the domain's, by name."""
+    domain = sorted(c[len(DOMAIN_PREFIX):] for c in df.columns if c.startswith(DOMAIN_PREFIX))
+    return [*BUILTIN_METRICS, *domain]
+
+
+def metric_values(df: pd.DataFrame, name: str) -> tuple[str, pd.Series]:
+    """The per-episode values of one metric, as floats (NaN where the domain leaves it undefined),
+    and its kind ("rate" or "mean"). `df` should hold scored episodes only (see `_scored`)."""
+    if name in BUILTIN_METRICS:
+        kind, read = BUILTIN_METRICS[name]
+        return kind, read(df).astype(float)
+    col = f"{DOMAIN_PREFIX}{name}"
+    if col not in df.columns:
+        raise ValueError(f"unknown metric {name!r}; metrics here: {', '.join(metric_names(df))}")
+    defined = df[col].dropna()
+    kind = "rate" if all(isinstance(v, (bool, np.bool_)) for v in defined) else "mean"
+    return kind, df[col].astype(float)
+
+
+def cell_observations(df: pd.DataFrame) -> dict[str, tuple[str, np.ndarray, np.ndarray]]:
+    """What each metric of one cell is computed from: (kind, values, scenario ids), with error
+    episodes and undefined values already dropped. `cell_metrics` turns each into an interval;
+    `batch.matrix_metrics` does the same for every cell at once."""
+    _validate(df)
+    scored = _scored(df)
+    out = {}
+    for name in metric_names(df):
+        kind, values = metric_values(scored, name)
+        keep = values.notna().to_numpy()
+        out[name] = (kind, values.to_numpy()[keep], scored["scenario_id"].astype(str).to_numpy()[keep])
+    return out
+
+
 def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
                  seed: int = 0) -> dict[str, Interval]:
     """Rates and mean scores of one cell, each with a scenario-clustered interval.
@@ -65,31 +115,8 @@ def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 
     domain metrics, whose denominators are the episodes where the metric is defined. An empty
     cell (or one with only errors) gives intervals whose estimate is None.
     """
-    _validate(df)
-    scored = _scored(df)
-    clusters = scored["scenario_id"].astype(str).to_numpy()
     kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
-
-    def rate(flags: pd.Series, groups=clusters) -> Interval:
-        return rate_interval(flags.astype(bool).to_numpy(dtype=float), groups, **kw)
-
-    def mean(col: str) -> Interval:
-        return mean_interval(scored[col].to_numpy(dtype=float), clusters, **kw)
-
-    metrics = {
-        "agreement": rate(scored["agreement"]),
-        "success_at_1": rate(scored["success"]),
-        "policy_score": mean("policy_score"),
-        "counterpart_score": mean("counterpart_score"),
-        "invalid": rate(scored["status"] == "invalid"),
-        "policy_invalid": rate(scored["policy_violated"]),
-        "max_turns": rate(scored["status"] == "max_turns"),
+    return {
+        name: (rate_interval if kind == "rate" else mean_interval)(values, clusters, **kw)
+        for name, (kind, values, clusters) in cell_observations(df).items()
     }
-    for col in sorted(c for c in df.columns if c.startswith(DOMAIN_PREFIX)):
-        defined = scored[scored[col].notna()]
-        values, groups = defined[col], defined["scenario_id"].astype(str).to_numpy()
-        if all(isinstance(v, (bool, np.bool_)) for v in values):
-            metrics[col[len(DOMAIN_PREFIX):]] = rate(values, groups)
-        else:
-            metrics[col[len(DOMAIN_PREFIX):]] = mean_interval(values.to_numpy(dtype=float), groups, **kw)
-    return metrics

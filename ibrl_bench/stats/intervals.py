@@ -125,15 +125,20 @@ def _cluster_means(values: Sequence[float] | np.ndarray,
     return means, sizes
 
 
-def _bootstrap_kwargs(seed: int) -> dict[str, Any]:
-    """Seed scipy's bootstrap with whichever keyword the installed scipy knows.
+def seed_kwargs(func: Any, seed: int | Sequence[int]) -> dict[str, Any]:
+    """Seed a scipy resampling function (bootstrap, permutation_test) with whichever keyword the
+    installed scipy knows.
 
     scipy >= 1.15 takes `rng`; older versions take `random_state` (which also accepts a
     Generator). A fresh Generator per call keeps every interval reproducible on its own.
     """
-    params = inspect.signature(stats.bootstrap).parameters
+    params = inspect.signature(func).parameters
     key = "rng" if "rng" in params else "random_state"
     return {key: np.random.default_rng(seed)}
+
+
+def _bootstrap_kwargs(seed: int) -> dict[str, Any]:
+    return seed_kwargs(stats.bootstrap, seed)
 
 
 def _bootstrap_ci(means: np.ndarray, method: str, confidence: float, n_resamples: int,

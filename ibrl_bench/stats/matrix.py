@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from ibrl_bench import __version__
 from ibrl_bench.runner.store import EpisodeRecord
-from ibrl_bench.stats.cells import DOMAIN_PREFIX, cell_counts, cell_metrics
+from ibrl_bench.stats.batch import matrix_metrics
+from ibrl_bench.stats.cells import DOMAIN_PREFIX, cell_counts
 from ibrl_bench.stats.intervals import Interval
 
 CELL = ["policy", "counterpart", "policy_role"]
@@ -76,10 +77,14 @@ def summarize(
     scenario_set: dict,
     n_planned: int,
     confidence: float = 0.95,
+    n_resamples: int = 10_000,
 ) -> Results:
     records = list(records)
     frame = episodes_frame(records)
     kinds = Counter(r.outcome.detail or "unknown" for r in records if r.outcome.status == "error")
+    # Every interval of the matrix in one vectorized pass (see stats/batch.py); the same
+    # estimators as cell_metrics, cheap enough for 10,000 resamples.
+    metrics = matrix_metrics(frame, CELL, confidence=confidence, n_resamples=n_resamples)
     cells = []
     for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
         counts = cell_counts(group)
@@ -88,7 +93,7 @@ def summarize(
                 policy=policy,
                 counterpart=counterpart,
                 policy_role=role,
-                metrics=cell_metrics(group, confidence=confidence),
+                metrics=metrics[(policy, counterpart, role)],
                 **counts,
             )
         )
@@ -106,14 +111,18 @@ def summarize(
 
 
 def cells_table(results: Results) -> pd.DataFrame:
-    """Flat table for cells.csv: estimate, bounds and method of every metric."""
+    """Flat table for cells.csv: estimate, bounds, method and sample sizes of every metric, and the
+    confidence level."""
     rows = []
     for cell in results.cells:
         row = cell.model_dump(exclude={"metrics"})
+        row["confidence"] = results.confidence
         for name, iv in cell.metrics.items():
             row[name] = iv.estimate
             row[f"{name}_low"] = iv.low
             row[f"{name}_high"] = iv.high
             row[f"{name}_method"] = iv.method
+            row[f"{name}_n"] = iv.n
+            row[f"{name}_n_clusters"] = iv.n_clusters
         rows.append(row)
     return pd.DataFrame(rows)

@@ -1,0 +1,117 @@
+"""A finished (or partial) run folder, read back for analysis: `load_run` and what the commands share.
+
+    >>> import ibrl_bench
+    >>> episodes, cells = ibrl_bench.load_run("runs/mine")
+
+`episodes` has one row per episode (the newest record of each; error episodes included, with
+status "error"), from the policy's point of view; `cells` one row per cell and metric, with the
+estimate, its interval, the interval's method, confidence level and sample sizes.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from ibrl_bench.errors import UserError
+from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore
+
+
+class RunFrames(NamedTuple):
+    episodes: pd.DataFrame
+    cells: pd.DataFrame
+
+
+class Run:
+    """A run folder opened for reading; nothing here writes to it."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.store = RunStore(self.folder)
+        if not self.store.manifest_path.exists():
+            raise UserError(f"{folder} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
+        self.manifest: Manifest = self.store.read_manifest()
+
+    @cached_property
+    def records(self) -> list[EpisodeRecord]:
+        """The newest record of every episode, in the order they were first written."""
+        return list(self.store.latest().values())
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        from ibrl_bench.stats.matrix import episodes_frame
+
+        return episodes_frame(self.records)
+
+    @cached_property
+    def results(self):
+        """The cell results: results.json when it covers every episode in the log, else recomputed
+        (in memory) from the episodes, as for a run that was killed before writing it."""
+        from ibrl_bench.runner.crossplay import planned_episodes
+        from ibrl_bench.stats.matrix import Results, summarize
+
+        path = self.folder / "results.json"
+        if path.exists():
+            try:
+                saved = Results.model_validate_json(path.read_text())
+            except ValueError:
+                saved = None
+            if saved is not None and sum(c.n_episodes for c in saved.cells) == len(self.records):
+                return saved
+        return summarize(self.records, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+                         n_planned=planned_episodes(self.manifest.identity))
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.manifest.identity.get("policies", [])) or list(dict.fromkeys(self.frame["policy"]))
+
+    @property
+    def counterparts(self) -> list[str]:
+        return list(self.manifest.identity.get("counterparts", [])) or list(dict.fromkeys(self.frame["counterpart"]))
+
+    def resolve(self, name: str, kind: str) -> str:
+        """The full spec of a policy or counterpart, given as written or by its short name
+        ("boulware" for "scripted:dealnodeal/boulware")."""
+        choices = self.policies if kind == "policy" else self.counterparts
+        return resolve(name, choices, kind)
+
+
+def resolve(name: str, choices: list[str], kind: str) -> str:
+    if name in choices:
+        return name
+    matches = [c for c in choices if c.rsplit("/", 1)[-1] == name or c.rsplit(":", 1)[-1] == name]
+    if len(matches) == 1:
+        return matches[0]
+    listing = ", ".join(choices) or "none"
+    if matches:
+        raise UserError(f"{kind} {name!r} is ambiguous ({', '.join(matches)}); give the full spec")
+    raise UserError(f"{kind} {name!r} is not in the run; {kind}s: {listing}")
+
+
+def cells_long(results) -> pd.DataFrame:
+    """One row per cell and metric: estimate, interval, method, confidence level, sample sizes."""
+    rows = []
+    for cell in results.cells:
+        for metric, iv in cell.metrics.items():
+            rows.append({"policy": cell.policy, "counterpart": cell.counterpart, "policy_role": cell.policy_role,
+                         "metric": metric, **iv.model_dump(), "n_episodes": cell.n_episodes,
+                         "n_errors": cell.n_errors})
+    columns = ["policy", "counterpart", "policy_role", "metric", "estimate", "low", "high", "method", "confidence",
+               "n", "n_clusters", "n_episodes", "n_errors"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def load_run(path: str | Path, *, transcripts: bool = False) -> RunFrames:
+    """The episodes and cells of a run folder as pandas DataFrames.
+
+    `transcripts=True` adds a `transcript` column (the list of turns of each episode, as dicts).
+    """
+    run = Run(path)
+    episodes = run.frame.copy()
+    if transcripts:
+        by_key = {r.key: [t.model_dump() for t in r.transcript] for r in run.records}
+        episodes["transcript"] = episodes["key"].map(by_key)
+    return RunFrames(episodes=episodes, cells=cells_long(run.results))

@@ -1,0 +1,313 @@
+"""Rankings of the policies over the matrix, three ways, each with intervals.
+
+The matrix has one row per policy and one column per (counterpart, role of the policy); a cell's
+value is the mean over scenarios of its per-scenario mean. Only scenarios that every cell scored
+count, so that all rankings compare the same games.
+
+- Uniform mean: every column weighs the same. Rank = 1 + the number of policies whose interval
+  lies wholly above this one's (its lower bound above this one's upper bound), so policies whose
+  intervals overlap share a rank.
+- Nash averaging, agent-versus-task (Balduzzi et al. 2018, "Re-evaluating evaluation"): a zero-sum
+  game where one player picks a policy and the other a column, the payoff being the score. Its
+  maximum-entropy equilibrium weighs the columns; a policy's Nash value is its score against
+  that mixture. Unlike the uniform mean it cannot be moved by adding easy counterparts or copies
+  of one: a duplicated column shares its weight with its copy (copies are merged before solving,
+  see `maxent_nash`). The game value comes from
+  `scipy.optimize.linprog` (HiGHS); among the optimal strategies of each player (a polytope), the
+  one of maximum entropy (unique: entropy is strictly concave) is found by `scipy.optimize.minimize`
+  (SLSQP) under the constraints that keep it optimal.
+- Normalized score: each cell divided by the best policy in its column, aggregated over columns by
+  the interquartile mean (`scipy.stats.trim_mean`, 25% cut at each end; Agarwal et al. 2021), robust
+  to a few odd columns.
+
+Intervals resample scenarios (`scipy.stats.bootstrap`, BCa, percentile fallback). For Nash values
+the column weights are held at the equilibrium of the full data; the interval says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+from scipy import linalg, optimize, stats
+
+from ibrl_bench.errors import UserError
+from ibrl_bench.stats.intervals import Interval
+from ibrl_bench.stats.paired import scored_with_metric
+from ibrl_bench.stats.resampling import _none_if_nan, bootstrap_statistic
+
+NASH_SOLVER = ("game value by scipy.optimize.linprog (HiGHS); maximum-entropy equilibrium by "
+               "scipy.optimize.minimize (SLSQP) over each player's optimal strategies, reduced first to "
+               "their support and implicit equalities by linprog; exact copies merged, their weight split equally")
+
+
+class PolicyRank(BaseModel):
+    policy: str
+    mean: Interval
+    rank: int | None  # None when an interval is undefined (fewer than 2 scenarios)
+
+
+class ColumnWeight(BaseModel):
+    counterpart: str
+    policy_role: str
+    weight: float
+
+
+class NashValue(BaseModel):
+    policy: str
+    weight: float  # the policy's probability in the equilibrium (which policies the max player uses)
+    value: Interval  # score against the equilibrium mixture of columns
+
+
+class NashAveraging(BaseModel):
+    solver: str
+    game_value: float
+    columns: list[ColumnWeight]
+    counterpart_weights: dict[str, float]  # summed over roles
+    values: list[NashValue]
+
+
+class NormalizedScore(BaseModel):
+    policy: str
+    iqm: Interval
+
+
+class Rankings(BaseModel):
+    metric: str
+    confidence: float
+    n_scenarios: int
+    n_scenarios_dropped: int  # scenarios missing from some cell (errors, undefined metric)
+    columns: list[tuple[str, str]]  # (counterpart, role)
+    uniform: list[PolicyRank]
+    nash: NashAveraging
+    normalized: list[NormalizedScore]
+    normalized_dropped: list[tuple[str, str]]  # columns where the best policy scores <= 0
+    columns_dropped: list[tuple[str, str]] = []  # columns some policy has no scored episode in
+
+
+# ------------------------------------------------------------------------- Nash averaging
+
+def _lp(c: np.ndarray, a_ub: np.ndarray, b_ub: np.ndarray) -> optimize.OptimizeResult:
+    """min c @ x over the simplex cut by a_ub @ x <= b_ub."""
+    d = len(c)
+    return optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=np.ones((1, d)), b_eq=[1.0], bounds=[(0, None)] * d,
+                            method="highs")
+
+
+def _maxent(a_ub: np.ndarray, b_ub: np.ndarray, fallback: np.ndarray, scale: float) -> np.ndarray | None:
+    """The maximum-entropy point of the polytope {x in the simplex: a_ub @ x <= b_ub} (the optimal
+    strategies of one player), or None if the optimizer fails.
+
+    Entropy is not differentiable where a coordinate is 0, and optimizers stall against faces the
+    whole polytope lies on, so the problem is first reduced with linear programs:
+    1. the support: coordinates that are positive at some point of the polytope (one LP each); the
+       others are 0 everywhere and drop out;
+    2. the implicit equalities: constraints that no point of the polytope satisfies with slack (one
+       LP each); with sum(x) = 1 they define an affine subspace, parametrized by its null space.
+    What remains, entropy over free coordinates with the other constraints, has its optimum inside
+    the support, where SLSQP converges.
+    """
+    d = a_ub.shape[1]
+    support_tol, slack_tol = 1e-6, 1e-7 * scale
+    vertices = []
+    for i in range(d):
+        res = _lp(-np.eye(d)[i], a_ub, b_ub)
+        if res.status == 0 and res.x[i] > support_tol:
+            vertices.append(res.x)
+    if not vertices:
+        return fallback
+    free = np.mean(vertices, axis=0) > support_tol / len(vertices)
+    start = np.mean(vertices, axis=0)[free]  # inside the polytope, every free coordinate positive
+    tight = []
+    for j in range(len(b_ub)):
+        res = _lp(a_ub[j], a_ub, b_ub)
+        if res.status == 0 and b_ub[j] - res.fun <= slack_tol:
+            tight.append(j)
+    equalities = np.vstack([np.ones((1, free.sum())), a_ub[tight][:, free]])
+    basis = linalg.null_space(equalities, rcond=1e-10)
+    x = np.zeros(d)
+    if basis.shape[1] == 0:  # a single optimal strategy
+        x[free] = start
+        return x / x.sum()
+    loose = [j for j in range(len(b_ub)) if j not in tight]
+    a_loose, b_loose = a_ub[loose][:, free], b_ub[loose]
+    tiny = 1e-300
+
+    def neg_entropy(z: np.ndarray) -> float:
+        y = start + basis @ z
+        return float(np.sum(y * np.log(np.maximum(y, tiny))))
+
+    def grad(z: np.ndarray) -> np.ndarray:
+        y = start + basis @ z
+        return basis.T @ (np.log(np.maximum(y, tiny)) + 1.0)
+
+    constraints = [{"type": "ineq", "fun": lambda z: start + basis @ z, "jac": lambda z: basis}]
+    if loose:
+        constraints.append({"type": "ineq", "fun": lambda z: b_loose - a_loose @ (start + basis @ z),
+                            "jac": lambda z: -a_loose @ basis})
+    res = optimize.minimize(neg_entropy, np.zeros(basis.shape[1]), jac=grad, method="SLSQP",
+                            constraints=constraints, options={"ftol": 1e-14, "maxiter": 1000})
+    if not res.success:
+        return None
+    x[free] = np.clip(start + basis @ res.x, 0.0, None)
+    return x / x.sum()
+
+
+def maxent_nash(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+    """Maximum-entropy Nash equilibrium of the zero-sum game where the row player (policies)
+    maximizes and the column player (counterparts) minimizes `scores` (rows x columns).
+
+    Returns (row strategy, column strategy, game value, solver description). In a zero-sum game
+    the equilibria are the pairs of optimal strategies, so the maximum-entropy equilibrium is the
+    pair of each player's maximum-entropy optimal strategy.
+
+    Exact copies (identical rows, or identical columns) are merged first and their weight split
+    equally afterwards. Without this, maximum entropy is not invariant to copies where the
+    equilibrium is not unique: splitting a column's weight in two raises the entropy by
+    weight x log 2, which pulls weight towards duplicated columns and moves the Nash values of
+    policies outside the equilibrium. With it, a copied counterpart changes nothing.
+    """
+    s = np.asarray(scores, dtype=float)
+    rows, row_of = np.unique(s, axis=0, return_inverse=True)
+    merged, col_of = np.unique(rows, axis=1, return_inverse=True)
+    row_of, col_of = np.ravel(row_of), np.ravel(col_of)
+    p_u, q_u, value, solver = _maxent_nash_distinct(merged)
+    p = p_u[row_of] / np.bincount(row_of)[row_of]
+    q = q_u[col_of] / np.bincount(col_of)[col_of]
+    return p, q, value, solver
+
+
+def _maxent_nash_distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+    m, n = s.shape
+    scale = max(1.0, float(np.abs(s).max()))
+    # max v  s.t.  s.T @ p >= v,  sum p = 1,  p >= 0   (and the mirror problem for the columns)
+    lp = optimize.linprog(np.r_[np.zeros(m), -1.0], A_ub=np.c_[-s.T, np.ones(n)], b_ub=np.zeros(n),
+                          A_eq=np.r_[np.ones(m), 0.0][None], b_eq=[1.0],
+                          bounds=[(0, None)] * m + [(None, None)], method="highs")
+    lq = optimize.linprog(np.r_[np.zeros(n), 1.0], A_ub=np.c_[s, -np.ones(m)], b_ub=np.zeros(m),
+                          A_eq=np.r_[np.ones(n), 0.0][None], b_eq=[1.0],
+                          bounds=[(0, None)] * n + [(None, None)], method="highs")
+    if lp.status != 0 or lq.status != 0:
+        raise RuntimeError(f"linprog failed on the Nash game: {lp.message} / {lq.message}")
+    value = float(lp.x[m])
+    p0, q0 = lp.x[:m] / lp.x[:m].sum(), lq.x[:n] / lq.x[:n].sum()
+    # Loosen the optimality faces by a hair, so that rounding in the LP value cannot make them empty.
+    tol = 1e-9 * scale
+    p = _maxent(-s.T, -(value - tol) * np.ones(n), p0, scale)
+    q = _maxent(s, (value + tol) * np.ones(m), q0, scale)
+    solver = NASH_SOLVER
+    # Keep the maximum-entropy points only if they are still equilibria; else the LP ones.
+    if p is None or np.min(s.T @ p) < value - 1e-6 * scale:
+        p, solver = p0, NASH_SOLVER + "; the policies' maximum-entropy step failed, an LP equilibrium is used"
+    if q is None or np.max(s @ q) > value + 1e-6 * scale:
+        q, solver = q0, NASH_SOLVER + "; the columns' maximum-entropy step failed, an LP equilibrium is used"
+    return p, q, value, solver
+
+
+# ------------------------------------------------------------------------- the rankings
+
+def scenario_tensor(frame: pd.DataFrame, metric: str
+                    ) -> tuple[np.ndarray, list[str], list[tuple[str, str]], int, int, list[tuple[str, str]]]:
+    """Per-scenario cell means as an array (policies x columns x scenarios), over the scenarios
+    every cell scored. Columns where some policy has no scored episode at all (a counterpart whose
+    every episode failed) are left out rather than emptying the matrix. Returns (array, policies,
+    columns, scenarios dropped, episodes behind it, columns dropped)."""
+    data, _ = scored_with_metric(frame, metric)
+    if data.empty:
+        raise UserError(f"no scored episode with a defined {metric}; nothing to rank")
+    policies = list(dict.fromkeys(frame["policy"]))
+    all_columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"])))
+    present = set(zip(data["policy"], data["counterpart"], data["policy_role"]))
+    columns = [(c, r) for c, r in all_columns if all((p, c, r) in present for p in policies)]
+    dropped_columns = [col for col in all_columns if col not in columns]
+    if not columns:
+        raise UserError(f"no counterpart has every policy scored with a defined {metric}; nothing to rank")
+    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"])]]
+    per = data.groupby(["scenario_id", "policy", "counterpart", "policy_role"])["y"].mean()
+    wide = per.unstack(["policy", "counterpart", "policy_role"])
+    wide = wide.reindex(columns=pd.MultiIndex.from_tuples([(p, c, r) for p in policies for c, r in columns]))
+    all_scenarios = frame["scenario_id"].nunique()
+    complete = wide.dropna()
+    values = complete.to_numpy().reshape(len(complete), len(policies), len(columns))
+    n = int(data["scenario_id"].isin(set(complete.index)).sum())
+    return np.moveaxis(values, 0, -1), policies, columns, all_scenarios - len(complete), n, dropped_columns
+
+
+def _uniform(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis).mean(axis=1)
+
+
+def _weighted(weights: np.ndarray):
+    def stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.tensordot(np.moveaxis(np.mean(x, axis=axis), 1, -1), weights, axes=([-1], [0]))
+    return stat
+
+
+def _normalized_iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    cells = np.mean(x, axis=axis)  # policies x columns (x resamples)
+    best = cells.max(axis=0, keepdims=True)
+    # A resample where every policy scores 0 in a column: all are as good as the best there.
+    norm = np.divide(cells, best, out=np.ones_like(cells), where=best > 0)
+    return stats.trim_mean(norm, 0.25, axis=1)
+
+
+def _intervals(x: np.ndarray, statistic, method: str, n: int, confidence: float, n_resamples: int,
+               seed: int) -> list[Interval]:
+    est, low, high, used = bootstrap_statistic([x], statistic, confidence=confidence, n_resamples=n_resamples,
+                                               seed=seed)
+    k = x.shape[-1]
+    out = []
+    for e, lo, hi, u in zip(est, low, high, used):
+        how = ("none (fewer than 2 scenarios)" if k < 2
+               else method.format("BCa" if u else "percentile"))
+        out.append(Interval(estimate=_none_if_nan(e), low=_none_if_nan(lo), high=_none_if_nan(hi), method=how,
+                            confidence=confidence, n=n, n_clusters=k))
+    return out
+
+
+def rank_rule(intervals: list[Interval]) -> list[int | None]:
+    """1 + the number of others whose lower bound is above this one's upper bound."""
+    if any(iv.low is None or iv.high is None for iv in intervals):
+        return [None] * len(intervals)
+    return [1 + sum(other.low > iv.high for other in intervals) for iv in intervals]
+
+
+def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: float = 0.95,
+             n_resamples: int = 2000, seed: int = 0) -> Rankings:
+    x, policies, columns, dropped, n, dropped_columns = scenario_tensor(frame, metric)
+    k = x.shape[-1]
+    if k == 0:
+        raise UserError(f"no scenario has every cell scored with a defined {metric}; nothing to rank on the same games")
+    kw = dict(n=n, confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+    means = _intervals(x, _uniform, "cluster bootstrap {} (scenarios), uniform mean over columns", **kw)
+    uniform = [PolicyRank(policy=p, mean=iv, rank=r) for p, iv, r in zip(policies, means, rank_rule(means))]
+
+    cells = x.mean(axis=-1)
+    p_star, q_star, value, solver = maxent_nash(cells)
+    nash_ivs = _intervals(x, _weighted(q_star), "cluster bootstrap {} (scenarios), Nash weights held fixed", **kw)
+    counterpart_weights: dict[str, float] = {}
+    for (c, _), w in zip(columns, q_star):
+        counterpart_weights[c] = counterpart_weights.get(c, 0.0) + float(w)
+    nash = NashAveraging(
+        solver=solver, game_value=value,
+        columns=[ColumnWeight(counterpart=c, policy_role=r, weight=float(w)) for (c, r), w in zip(columns, q_star)],
+        counterpart_weights=counterpart_weights,
+        values=[NashValue(policy=p, weight=float(w), value=iv) for p, w, iv in zip(policies, p_star, nash_ivs)],
+    )
+
+    keep = cells.max(axis=0) > 0
+    norm_dropped = [col for col, ok in zip(columns, keep) if not ok]
+    if keep.any():
+        norm_ivs = _intervals(x[:, keep], _normalized_iqm,
+                              "cluster bootstrap {} (scenarios), IQM of score / column best", **kw)
+    else:
+        norm_ivs = [Interval(estimate=None, low=None, high=None, method="none (no column with a positive best)",
+                             confidence=confidence, n=n, n_clusters=k)] * len(policies)
+    return Rankings(
+        metric=metric, confidence=confidence, n_scenarios=k, n_scenarios_dropped=dropped, columns=columns,
+        uniform=sorted(uniform, key=lambda r: -(r.mean.estimate if r.mean.estimate is not None else -np.inf)),
+        nash=nash,
+        normalized=[NormalizedScore(policy=p, iqm=iv) for p, iv in zip(policies, norm_ivs)],
+        normalized_dropped=norm_dropped, columns_dropped=dropped_columns,
+    )

@@ -1,0 +1,243 @@
+"""load_run, the analysis commands, and report.html, opened in a real headless Chromium.
+
+How the browser check works, without a DevTools connection: Chromium runs headless twice, once
+with --dump-dom (the page's DOM after its scripts ran, on stdout) and once with --screenshot.
+The page itself records every script error, failed load and Content-Security-Policy violation on
+<html data-js-errors=N>, and sets data-report-ready=1 when its script finished; the test reads both
+from the dumped DOM. Chromium's own console log (--enable-logging=stderr) must also be free of
+console messages: the page writes none, so any is an error or a blocked request. A page with a
+deliberate error proves that this detection fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ibrl_bench.cli import main
+from ibrl_bench.report.html import ReportOptions, write_report
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+from ibrl_bench.runs import Run, load_run
+
+POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/fair", "scripted:dealnodeal/tit_for_tat"]
+COUNTERPARTS = ["scripted:dealnodeal/conceder", "scripted:dealnodeal/hardliner", "scripted:dealnodeal/random"]
+HOSTILE = '</script><script>document.title="pwned"</script><img src="https://example.com/x.png"> & <b>bold</b>'
+
+
+def play(folder: Path, seeds: int) -> Path:
+    config = CrossplayConfig(policies=POLICIES, counterparts=COUNTERPARTS, scenarios=8, seeds=seeds, split="dev")
+    asyncio.run(Crossplay(config, folder).run())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """A real 3 x 3 x 2-role run, 8 scenarios x 2 seeds; one episode's first move is replaced by
+    markup, as a model might write, to check it is shown as text and never run."""
+    folder = play(tmp_path_factory.mktemp("report") / "run", seeds=2)
+    path = folder / "episodes.jsonl"
+    first = json.loads(path.read_text().splitlines()[0])
+    first["transcript"][0]["text"] = HOSTILE
+    with path.open("a") as f:
+        f.write(json.dumps(first) + "\n")  # the newest record of a key wins
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_seed_run(tmp_path_factory) -> Path:
+    return play(tmp_path_factory.mktemp("report") / "one", seeds=1)
+
+
+def cli(*args: str, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+# ------------------------------------------------------------------------- load_run
+
+def test_load_run_returns_episodes_and_cells(run_folder):
+    episodes, cells = load_run(run_folder, transcripts=True)
+    assert len(episodes) == 3 * 3 * 2 * 8 * 2
+    assert {"policy", "counterpart", "policy_role", "scenario_id", "seed", "status", "success", "policy_score",
+            "m_pareto_optimal", "transcript"} <= set(episodes.columns)
+    assert episodes.loc[0, "transcript"][0]["text"] == HOSTILE
+    assert len(cells) == 18 * cells["metric"].nunique()
+    row = cells[(cells["metric"] == "success_at_1")].iloc[0]
+    assert row["method"] and row["confidence"] == 0.95 and row["n"] == 16 and row["n_clusters"] == 8
+    assert row["low"] <= row["estimate"] <= row["high"]
+
+
+def test_import_stays_light_and_load_run_is_exported():
+    code = ("import sys, ibrl_bench; assert 'pandas' not in sys.modules and 'matplotlib' not in sys.modules; "
+            "f = ibrl_bench.load_run; assert 'pandas' in sys.modules; print(f.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "load_run"
+
+
+# ------------------------------------------------------------------------- the commands
+
+def test_analysis_commands(run_folder, one_seed_run, capsys):
+    run = str(run_folder)
+    code, out, err = cli("compare", run, "boulware", "fair", capsys=capsys)
+    assert code == 0, err
+    assert "boulware - fair on success_at_1" in out and "all cells" in out and "paired permutation test" in out
+    code, out, _ = cli("compare", str(one_seed_run), "boulware", "fair", "--role", "a", capsys=capsys)
+    assert code == 0 and "exact McNemar" in out  # one pair per scenario in each cell
+    code, out, _ = cli("compare", run, "conceder", "random", "--json", capsys=capsys)
+    assert code == 0 and json.loads(out)["kind"] == "counterpart"
+
+    code, out, err = cli("mismatch", run, "--policy", "boulware", "--policy", "fair", "--train-counterpart",
+                         "conceder", "--reference", "tit_for_tat", capsys=capsys)
+    assert code == 0, err
+    assert "difference-in-differences" in out and "p (Holm)" in out and "worst" in out
+
+    code, out, _ = cli("rank", run, "--json", capsys=capsys)
+    ranked = json.loads(out)
+    assert code == 0 and "linprog" in ranked["nash"]["solver"]
+    assert abs(sum(ranked["nash"]["counterpart_weights"].values()) - 1) < 1e-6
+
+    code, out, _ = cli("passk", run, capsys=capsys)
+    assert code == 0 and "pass@k" in out and "C(n-c,k)" in out
+    code, out, _ = cli("plan", "--delta", "0.1", "--from", run, capsys=capsys)
+    assert code == 0 and "scenarios needed" in out and "Miller 2024" in out
+    code, out, _ = cli("plan", "--delta", "0.05", "--rate", "0.8", "--icc", "0.2", "--seeds", "1,4", "--json",
+                       capsys=capsys)
+    assert code == 0 and [r["seeds"] for r in json.loads(out)["rows"]] == [1, 4]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["compare", "{run}", "boulware", "nobody"], "not both policies nor both counterparts"),
+    (["compare", "{run}", "boulware", "fair", "--metric", "elo"], "unknown metric 'elo'"),
+    (["mismatch", "{run}", "--policy", "nobody", "--train-counterpart", "conceder"], "policy 'nobody' is not in the run"),
+    (["mismatch", "{run}", "--policy", "fair", "--train-counterpart", "fair"], "counterpart 'fair' is not in the run"),
+    (["rank", "{run}", "--role", "seller"], "role 'seller' is not in the run"),
+    (["passk", "{one}"], "one seed per scenario"),
+    (["plan", "--delta", "0.05"], "plan needs the variance"),
+    (["plan", "--delta", "0.05", "--from", "{one}"], "--icc"),
+    (["plan", "--delta", "0.05", "--rate", "0.5", "--seeds", "0,2"], "--seeds"),
+    (["report", "/nonexistent/run"], "not a run folder"),
+])
+def test_bad_input_gets_one_clear_line(args, fragment, run_folder, one_seed_run, capsys):
+    args = [a.format(run=run_folder, one=one_seed_run) for a in args]
+    code, _, err = cli(*args, capsys=capsys)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fragment in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------------- report.html
+
+@pytest.fixture(scope="module")
+def report(run_folder) -> Path:
+    html_path, png = write_report(Run(run_folder), ReportOptions(
+        train_counterpart=COUNTERPARTS[0], policies=POLICIES[:2], reference=POLICIES[2]))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    return html_path
+
+
+def test_report_is_self_contained_and_complete(report):
+    text = report.read_text()
+    assert 'http-equiv="Content-Security-Policy"' in text and "default-src 'none'" in text
+    # Nothing that would load from elsewhere: no external src/href, stylesheet links or CSS imports.
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', text)
+    assert "<link" not in text and "@import" not in text and "url(" not in text
+    for section in ('id="matrix"', 'id="rankings"', 'id="mismatch"', 'id="passk"', 'id="cells"',
+                    'id="transcripts"', 'id="methods"'):
+        assert section in text, section
+    for fragment in ("difference-in-differences", "Nash averaging", "interquartile mean", "pass@2", "linprog"):
+        assert fragment in text, fragment
+    # The hostile transcript is data inside the JSON block, with "<" escaped: it cannot end the script.
+    assert HOSTILE not in text and "\\u003c/script>" in text
+    assert text.count("</script>") == 3  # the error recorder, the data block and the app
+
+
+def chromium_binary() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def chromium(url: str, *args: str, profile: Path) -> subprocess.CompletedProcess:
+    exe = chromium_binary()
+    assert exe
+    cmd = [exe, "--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage", "--no-first-run",
+           "--hide-scrollbars", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=5000", *args, url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+def console_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+needs_chromium = pytest.mark.skipif(
+    chromium_binary() is None,
+    reason="Chromium is not installed (Debian: apt-get install -y chromium); the report's browser check needs it")
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_error_detection_fires_on_a_broken_page(report, tmp_path):
+    """The checks below would pass vacuously if the recorder never fired: break a copy on purpose."""
+    broken = tmp_path / "broken.html"
+    text = report.read_text().replace('<main>', '<main><img src="https://example.com/x.png">', 1)
+    broken.write_text(text.replace("var PAGE = 200", "var PAGE = undefinedName", 1))
+    proc = chromium(broken.as_uri(), "--dump-dom", profile=tmp_path / "profile")
+    errors = re.search(r'data-js-errors="(\d+)"', proc.stdout)
+    assert errors and int(errors.group(1)) >= 2, proc.stdout[:500]  # the blocked image and the ReferenceError
+    assert 'data-report-ready="1"' not in proc.stdout
+    assert any("undefinedName" in line for line in console_lines(proc.stderr))
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_report_in_headless_chromium(report, run_folder, tmp_path):
+    first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
+    url = report.as_uri() + "#episode=" + first["key"]
+    proc = chromium(url, "--dump-dom", profile=tmp_path / "profile")
+    dom = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'data-report-ready="1"' in dom, dom[:300]
+    assert 'data-js-errors="0"' in dom
+    assert console_lines(proc.stderr) == [], console_lines(proc.stderr)
+    # The markup in the transcript became text, not elements: no title change, no image.
+    assert "<title>pwned</title>" not in dom and '<img src="https://example.com' not in dom
+    # The deep link opened the episode turn by turn, the markup shown as text.
+    viewer = dom.split('id="viewer"', 1)[1].split("</section>", 1)[0]
+    assert "&lt;/script&gt;&lt;script&gt;document.title" in viewer
+    assert viewer.count('class="turn ') == len(first["transcript"])
+    assert "private, not shown to the other side" in viewer
+    # The browser lists the episodes of that cell (filtered by the link), 16 = 8 scenarios x 2 seeds.
+    rows = re.findall(r'<tr class="ep[^"]*" data-key="', dom)
+    assert len(rows) == 16
+    assert "16 of 288 episodes match" in dom
+
+    shot = tmp_path / "report.png"
+    proc = chromium(report.as_uri(), f"--screenshot={shot}", "--window-size=1400,2400", profile=tmp_path / "p2")
+    assert shot.exists(), proc.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    assert console_lines(proc.stderr) == []
+    if os.environ.get("IBRL_REPORT_SCREENSHOT"):  # keep it for a human look: IBRL_REPORT_SCREENSHOT=path
+        shutil.copy(shot, os.environ["IBRL_REPORT_SCREENSHOT"])
+
+
+def test_report_command(run_folder, tmp_path, capsys):
+    out = tmp_path / "r" / "report.html"
+    code, stdout, err = cli("report", str(run_folder), "--out", str(out), "--train-counterpart", "hardliner",
+                            "--max-episodes", "50", capsys=capsys)
+    assert code == 0, err
+    assert str(out) in stdout and out.exists() and (out.parent / "heatmap.png").exists()
+    text = out.read_text()
+    data = json.loads(text.split('id="episodes-data">', 1)[1].split("</script>", 1)[0])
+    assert len(data["episodes"]) == 50 and data["total"] == 288
+    assert len({(e["p"], e["c"], e["r"]) for e in data["episodes"]}) == 18  # every cell kept

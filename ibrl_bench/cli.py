@@ -155,6 +155,12 @@ def _print_results(results, out: Path) -> None:
     title = f"{results.domain} · {results.scenario_set.get('split')} split · {out}"
     console.print(cells_table(results, title=title, width=console.width))
     console.print(f"[dim]{methods_note(results)}[/dim]")
+    seats = [u for c in results.cells for u in c.usage.values()]
+    if any(u.prompt_tokens or u.completion_tokens for u in seats):
+        prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
+        cost = sum(u.cost_usd for u in seats)
+        console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} "
+                      "(per cell and seat in results.json)", highlight=False)
     n_err = sum(c.n_errors for c in results.cells)
     if n_err:
         console.print(f"[yellow]{n_err} episodes ended in infrastructure errors and are not scored; "

@@ -17,6 +17,7 @@ COLUMNS = [
     ("policy_score", "score", False),
     ("counterpart_score", "cpt score", False),
     ("pareto_optimal", "Pareto", True),
+    ("price_share_of_list", "price/list", True),
     ("policy_invalid", "invalid", True),
 ]
 
@@ -40,7 +41,8 @@ def short(spec: str, domain: str) -> str:
 
 
 def cells_table(results: Results, title: str | None = None, width: int = 160) -> Table:
-    columns = list(COLUMNS)
+    # A domain's own metrics only where its episodes define them (no Pareto column in TeleSales).
+    columns = [col for col in COLUMNS if any(col[0] in c.metrics for c in results.cells)]
     # In games where Success@1 is agreement (Deal-or-NoDeal), one column says it all.
     if all(c.metrics.get("agreement") == c.metrics.get("success_at_1") for c in results.cells):
         columns = [col for col in columns if col[0] != "agreement"]

@@ -9,6 +9,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from ibrl_bench import __version__
+from ibrl_bench.agents.base import Usage
 from ibrl_bench.runner.store import EpisodeRecord
 from ibrl_bench.stats.batch import matrix_metrics
 from ibrl_bench.stats.cells import DOMAIN_PREFIX, cell_counts
@@ -26,6 +27,9 @@ class CellResult(BaseModel):
     n_scored: int
     n_scenarios: int
     metrics: dict[str, Interval]
+    # Token and cost totals of the cell's recorded episodes, per seat ("policy", "counterpart"),
+    # failed attempts not included (their usage is not reported by the failed call).
+    usage: dict[str, Usage] = {}
 
 
 class Results(BaseModel):
@@ -85,6 +89,7 @@ def summarize(
     # Every interval of the matrix in one vectorized pass (see stats/batch.py); the same
     # estimators as cell_metrics, cheap enough for 10,000 resamples.
     metrics = matrix_metrics(frame, CELL, confidence=confidence, n_resamples=n_resamples)
+    usage = cell_usage(records)
     cells = []
     for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
         counts = cell_counts(group)
@@ -94,6 +99,7 @@ def summarize(
                 counterpart=counterpart,
                 policy_role=role,
                 metrics=metrics[(policy, counterpart, role)],
+                usage=usage.get((policy, counterpart, role), {}),
                 **counts,
             )
         )
@@ -110,12 +116,28 @@ def summarize(
     )
 
 
+def cell_usage(records: list[EpisodeRecord]) -> dict[tuple[str, str, str], dict[str, Usage]]:
+    totals: dict[tuple[str, str, str], dict[str, Usage]] = {}
+    for r in records:
+        seats = totals.setdefault((r.policy, r.counterpart, r.policy_role), {"policy": Usage(), "counterpart": Usage()})
+        for role, u in r.usage.items():
+            t = seats["policy" if role == r.policy_role else "counterpart"]
+            t.prompt_tokens += u.prompt_tokens
+            t.completion_tokens += u.completion_tokens
+            t.cost_usd += u.cost_usd
+    return totals
+
+
 def cells_table(results: Results) -> pd.DataFrame:
     """Flat table for cells.csv: estimate, bounds, method and sample sizes of every metric, and the
     confidence level."""
     rows = []
     for cell in results.cells:
-        row = cell.model_dump(exclude={"metrics"})
+        row = cell.model_dump(exclude={"metrics", "usage"})
+        for seat, u in cell.usage.items():
+            row[f"{seat}_prompt_tokens"] = u.prompt_tokens
+            row[f"{seat}_completion_tokens"] = u.completion_tokens
+            row[f"{seat}_cost_usd"] = round(u.cost_usd, 6)
         row["confidence"] = results.confidence
         for name, iv in cell.metrics.items():
             row[name] = iv.estimate

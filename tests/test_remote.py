@@ -53,6 +53,13 @@ def test_openai_backend_plays_the_same_games_as_the_agent_behind_it(tmp_path):
     assert app.state.requests == sum(
         1 for r in b.values() for t in r.transcript if t.role == r.policy_role
     )
+    from ibrl_bench.stats.matrix import summarize
+
+    results = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=12, n_resamples=200)
+    for cell in results.cells:
+        expected = sum(r.usage[r.policy_role].prompt_tokens for r in b.values() if r.policy_role == cell.policy_role)
+        assert cell.usage["policy"].prompt_tokens == expected > 0
+        assert cell.usage["counterpart"].prompt_tokens == 0  # the scripted side calls no model
 
 
 @pytest.mark.slow

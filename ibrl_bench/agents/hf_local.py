@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
 from ibrl_bench.errors import UserError
 
 try:

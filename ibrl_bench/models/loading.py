@@ -143,7 +143,14 @@ def converted_gguf(source: ModelSource) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file, local_files_only=True)
+        dequantized = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file, local_files_only=True)
+        # A model loaded from GGUF stays marked as quantized and refuses save_pretrained, though
+        # its weights are plain tensors by now: copy them into an unmarked model of the same shape.
+        config = dequantized.config
+        del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=dequantized.dtype)
+        model.load_state_dict(dequantized.state_dict())
+        model.generation_config = dequantized.generation_config
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / _DONE_MARKER).write_text(f'{{"from": "{gguf}", "size": {stat.st_size}}}\n')

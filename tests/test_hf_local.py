@@ -71,8 +71,7 @@ def requests(n: int, longer_every: int = 2) -> list[GenRequest]:
 
 def test_the_tiny_model_plays_whole_games_through_the_runner(tiny, tmp_path):
     spec = f"hf:{tiny}?max_new_tokens=16&batch_size=8"
-    config = CrossplayConfig(policies=[spec], counterparts=[CONCEDER], scenarios=3, concurrency=6, retries=0,
-                             max_turns=6)
+    config = CrossplayConfig(policies=[spec], counterparts=[CONCEDER], scenarios=3, concurrency=6, retries=0)
     runner = Crossplay(config, tmp_path / "run")
     progress = asyncio.run(runner.run())
     records = runner.store.records()
@@ -86,7 +85,7 @@ def test_the_tiny_model_plays_whole_games_through_the_runner(tiny, tmp_path):
             if t.phase == "select" and t.violation:
                 assert r.outcome.status == "invalid" and r.policy_role in r.outcome.violators
         usage = r.usage[r.policy_role]
-        assert usage.prompt_tokens > 500 * len(model_turns)  # the role prompt alone is ~1,000 bytes
+        assert usage.prompt_tokens > 250 * len(model_turns)  # the role prompt alone is ~300 tokens
         assert 0 < usage.completion_tokens <= 16 * len(model_turns)
     stats = runner.agents[spec].batcher.stats
     assert stats.batches < stats.requests and stats.largest > 1
@@ -141,6 +140,7 @@ def test_sampling_is_seeded_per_episode_whatever_the_batching(tiny):
     assert texts(greedy) != texts(first[::2])
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # peft calls a deprecated transformers property
 def test_an_adapter_changes_the_model_and_plays(tiny, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -161,9 +161,9 @@ def test_an_adapter_changes_the_model_and_plays(tiny, tmp_path):
 
 
 def test_a_prompt_too_long_for_the_context_is_cut_from_the_left_keeping_the_system_prompt(tmp_path):
-    folder = build_tiny_model(tmp_path / "short", max_position_embeddings=1400)
+    folder = build_tiny_model(tmp_path / "short", max_position_embeddings=500)
     agent = build_agent(f"hf:{folder}?max_new_tokens=16", "dealnodeal")
-    assert agent.prompt_budget == 1400 - 16
+    assert agent.prompt_budget == 500 - 16
     state = GAME.start(SCENARIOS[0], 0)
     for i in range(8):
         GAME.apply(state, state.speaker, f"message {i}: " + "how about two books for me? " * 3)

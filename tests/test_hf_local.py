@@ -219,7 +219,7 @@ def test_a_model_failure_is_an_error_episode_not_a_loss(tiny, tmp_path):
         ("hf:{empty}", "is not a checkpoint folder"),
         ("hf:{tiny}/config.json", "is a file"),
         ("hf:package:no_such_package_xyz", "no installed package 'no_such_package_xyz'"),
-        ("hf:someone/not-cached-model-xyz", "not in the local Hugging Face cache"),
+        ("hf:someone/not-cached-model-xyz", "no model 'someone/not-cached-model-xyz' in the local Hugging Face cache"),
     ],
 )
 def test_bad_hf_specs_are_one_line_user_errors(spec, message, tiny, tmp_path):

@@ -1,6 +1,6 @@
 """`vllm:` agents: the vLLM offline engine, for GPU machines.
 
-    vllm:PATH[?adapter=DIR&max_new_tokens=64&temperature=0&top_p=1&batch_size=64&window_ms=5
+    vllm:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1&batch_size=64&window_ms=5
                &dtype=auto&gpu_memory_utilization=0.9&max_model_len=N&tensor_parallel_size=1]
 
 PATH is resolved like `hf:` (a folder, a .gguf file, package:NAME, or a model id already in the
@@ -39,6 +39,7 @@ INSTALL_HINT = (
 
 
 class VLLMParams(GenerationParams):
+    gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
     batch_size: int = Field(64, ge=1, le=4096)  # vLLM schedules large batches well
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
@@ -58,22 +59,26 @@ def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
     from ibrl_bench.models.loading import adapter_folder, converted_gguf, resolve_source
 
     game = require_prompts(domain)
-    source = resolve_source(spec.target, None)
+    source = resolve_source(spec.target, params.gguf_file)
     adapter = adapter_folder(params.adapter)
-    folder = converted_gguf(source) if source.gguf_file else source.folder
     lora = None if adapter is None else LoRARequest("adapter", 1, str(adapter))
-    llm = vllm.LLM(
-        model=str(folder),
-        tokenizer=str(folder),
-        dtype=params.dtype,
-        seed=0,
-        gpu_memory_utilization=params.gpu_memory_utilization,
-        max_model_len=params.max_model_len,
-        tensor_parallel_size=params.tensor_parallel_size,
-        enforce_eager=params.enforce_eager,
-        enable_lora=lora is not None,
-        max_lora_rank=params.max_lora_rank,
-    )
+    try:
+        folder = converted_gguf(source) if source.gguf_file else source.folder
+        llm = vllm.LLM(
+            model=str(folder),
+            tokenizer=str(folder),
+            dtype=params.dtype,
+            seed=0,
+            gpu_memory_utilization=params.gpu_memory_utilization,
+            max_model_len=params.max_model_len,
+            tensor_parallel_size=params.tensor_parallel_size,
+            enforce_eager=params.enforce_eager,
+            enable_lora=lora is not None,
+            max_lora_rank=params.max_lora_rank,
+        )
+    except (OSError, ValueError) as e:  # a folder vLLM cannot read, an unsupported architecture
+        lines = str(e).strip().splitlines()
+        raise UserError(f"vLLM cannot load {spec.target}: {lines[0] if lines else type(e).__name__}") from None
     return VLLMAgent(llm, vllm.SamplingParams, lora, params, game)
 
 

@@ -107,8 +107,8 @@ def _from_hub_cache(model_id: str, gguf_file: str | None) -> ModelSource:
         folder = snapshot_download(model_id, local_files_only=True)
     except LocalEntryNotFoundError:
         raise UserError(
-            f"model {model_id!r} is not in the local Hugging Face cache and ibrl-bench never downloads; "
-            f"run `hf download {model_id}` where there is network, or give a folder"
+            f"no folder {model_id!r} here, and no model {model_id!r} in the local Hugging Face cache "
+            f"(ibrl-bench never downloads: run `hf download {model_id}` first, or give a folder)"
         ) from None
     return _from_folder(Path(folder), gguf_file, model_id)
 
@@ -199,8 +199,9 @@ def load_model(source: ModelSource, adapter: str | None = None, device: str = "a
     adapter_path = adapter_folder(adapter)
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
-    folder = converted_gguf(source) if source.gguf_file else source.folder
+    folder = source.folder
     try:
+        folder = converted_gguf(source) if source.gguf_file else source.folder
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:

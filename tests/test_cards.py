@@ -49,6 +49,12 @@ def test_every_shipped_card_and_panel_validates():
         card = load_card(name)
         assert card.key_env is None or card.key_env.isupper()
         assert card.spec().startswith(card.backend + ":")
+        if card.backend == "hf":  # its parameters are ones the backend takes (without loading weights)
+            from ibrl_bench.agents.generation import parse_params
+            from ibrl_bench.agents.hf_local import HFParams
+            from ibrl_bench.agents.spec import parse_spec
+
+            parse_params(parse_spec(card.spec()), HFParams)
     for panel in (SHIPPED / "panels").glob("*.yaml"):
         for spec in load_panel(panel.stem).members:
             if spec.startswith("card:"):

@@ -64,8 +64,6 @@ class Card(BaseModel):
                 params["price_in"] = self.pricing["input_per_mtok"]
             if self.pricing.get("output_per_mtok"):
                 params["price_out"] = self.pricing["output_per_mtok"]
-        if self.backend == "hf" and self.revision and not Path(self.model).exists():
-            params.setdefault("revision", self.revision)
         target = self.model + (f"@{self.base_url}" if self.base_url else "")
         query = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
         return f"{self.backend}:{target}" + (f"?{query}" if query else "")

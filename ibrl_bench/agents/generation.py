@@ -16,6 +16,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain, Observation
@@ -89,3 +91,22 @@ class GenResult:
     text: str
     prompt_tokens: int
     completion_tokens: int
+
+
+class BatchedAgent(Agent):
+    """A local model whose moves from concurrent episodes are decoded together: subclasses set
+    `domain` and `batcher` (whose worker runs their `generate_batch`)."""
+
+    domain: Domain
+    batcher: Batcher[GenRequest, GenResult]
+
+    async def act(self, obs: Observation) -> Reply:
+        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
+        result = await self.batcher.submit(request)
+        return Reply(
+            text=result.text,
+            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
+        )
+
+    async def aclose(self) -> None:
+        await self.batcher.aclose()

@@ -44,19 +44,18 @@ except ModuleNotFoundError as e:  # the [hf] extra is not installed
         "pip install torch && pip install 'ibrl-bench[hf]'"
     ) from None
 
-from ibrl_bench.agents.base import Agent, Reply, Usage
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import (
+    BatchedAgent,
     DeviceParams,
     GenerationParams,
     GenRequest,
     GenResult,
     parse_params,
-    request_seed,
     require_prompts,
 )
 from ibrl_bench.agents.spec import AgentSpec
-from ibrl_bench.domains.base import Domain, Observation
+from ibrl_bench.domains.base import Domain
 from ibrl_bench.models.chat import prompt_ids
 from ibrl_bench.models.loading import load_model, resolve_source
 
@@ -75,7 +74,7 @@ def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
     return HFAgent(loaded.model, loaded.tokenizer, params, game, loaded.max_positions)
 
 
-class HFAgent(Agent):
+class HFAgent(BatchedAgent):
     def __init__(self, model: Any, tokenizer: Any, params: HFParams, domain: Domain, max_positions: int | None):
         self.model = model
         self.tokenizer = tokenizer
@@ -91,14 +90,6 @@ class HFAgent(Agent):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
-        )
-
-    async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
-        result = await self.batcher.submit(request)
-        return Reply(
-            text=result.text,
-            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
         )
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
@@ -132,8 +123,6 @@ class HFAgent(Agent):
             results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n))
         return results
 
-    async def aclose(self) -> None:
-        await self.batcher.aclose()
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

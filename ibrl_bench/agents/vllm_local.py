@@ -18,18 +18,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ibrl_bench.agents.base import Agent, Reply, Usage
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import (
+    BatchedAgent,
     GenerationParams,
     GenRequest,
     GenResult,
     parse_params,
-    request_seed,
     require_prompts,
 )
 from ibrl_bench.agents.spec import AgentSpec
-from ibrl_bench.domains.base import Domain, Observation
+from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
 
 INSTALL_HINT = (
@@ -82,7 +81,7 @@ def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
     return VLLMAgent(llm, vllm.SamplingParams, lora, params, game)
 
 
-class VLLMAgent(Agent):
+class VLLMAgent(BatchedAgent):
     def __init__(self, llm: Any, sampling_params: type, lora: Any, params: VLLMParams, domain: Domain):
         self.llm = llm
         self.sampling_params = sampling_params
@@ -94,14 +93,6 @@ class VLLMAgent(Agent):
         self.prompt_budget = None if max_len is None else max_len - params.max_new_tokens
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
-        )
-
-    async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
-        result = await self.batcher.submit(request)
-        return Reply(
-            text=result.text,
-            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
         )
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
@@ -130,8 +121,6 @@ class VLLMAgent(Agent):
                                      completion_tokens=len(completion.token_ids)))
         return results
 
-    async def aclose(self) -> None:
-        await self.batcher.aclose()
 
 
 def _engine_max_len(llm: Any) -> int | None:

@@ -137,6 +137,18 @@ class GameState:
         return [Message(role=t.role, text=t.text) for t in self.transcript if t.public]
 
 
+def chat_from_dialogue(system: str, obs: Observation, opening: str) -> list[dict[str, str]]:
+    """A role prompt and the public dialogue as chat turns: this role's messages are the
+    assistant's, the other side's the user's; `opening` stands in for the other side when this
+    role speaks first (chat templates expect a user turn before the assistant's)."""
+    messages = [{"role": "system", "content": system}]
+    if not obs.dialogue or obs.dialogue[0].role == obs.role:
+        messages.append({"role": "user", "content": opening})
+    for m in obs.dialogue:
+        messages.append({"role": "assistant" if m.role == obs.role else "user", "content": m.text})
+    return messages
+
+
 class Domain(ABC):
     """A two-role game: scenarios, turn protocol, parsing and scoring."""
 

@@ -7,7 +7,7 @@ its hash is recorded in every run manifest, so results from different prompts ar
 
 from __future__ import annotations
 
-from ibrl_bench.domains.base import Observation, content_hash
+from ibrl_bench.domains.base import Observation, chat_from_dialogue, content_hash
 
 PROMPT_VERSION = "dnd-prompt-v1"
 
@@ -46,11 +46,7 @@ def chat_messages(obs: Observation) -> list[dict[str, str]]:
         values=", ".join(f"{item}={v}" for item, v in zip(p["items"], p["values"])),
         max_turns=obs.max_turns,
     )
-    messages = [{"role": "system", "content": system}]
-    if not obs.dialogue or obs.dialogue[0].role == obs.role:
-        messages.append({"role": "user", "content": OPEN})
-    for m in obs.dialogue:
-        messages.append({"role": "assistant" if m.role == obs.role else "user", "content": m.text})
+    messages = chat_from_dialogue(system, obs, OPEN)
     if obs.phase == "select":
         if messages[-1]["role"] == "user":  # keep roles alternating for strict chat templates
             messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + SELECT}

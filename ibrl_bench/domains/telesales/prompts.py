@@ -7,7 +7,7 @@ manifest. Scripted agents do not read prompts.
 
 from __future__ import annotations
 
-from ibrl_bench.domains.base import Observation, content_hash
+from ibrl_bench.domains.base import Observation, chat_from_dialogue, content_hash
 from ibrl_bench.domains.telesales.catalog import load_catalog
 
 PROMPT_VERSION = "ts-prompt-v1"
@@ -81,9 +81,4 @@ def _buyer(obs: Observation) -> str:
 
 def chat_messages(obs: Observation) -> list[dict[str, str]]:
     system = _seller(obs) if obs.role == "seller" else _buyer(obs)
-    messages = [{"role": "system", "content": system}]
-    if not obs.dialogue or obs.dialogue[0].role == obs.role:
-        messages.append({"role": "user", "content": OPEN})
-    for m in obs.dialogue:
-        messages.append({"role": "assistant" if m.role == obs.role else "user", "content": m.text})
-    return messages
+    return chat_from_dialogue(system, obs, OPEN)

@@ -209,6 +209,8 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
 
     game = get_domain(domain)
     role = role or game.roles[0]
+    if role not in game.roles:
+        raise UserError(f"unknown role {role!r} for {domain}; use --role {' or --role '.join(game.roles)}")
     other = game.other(role)
     defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain], strict=True))  # a scripted agent for each role
     policy, counterpart = policy or defaults[role], counterpart or defaults[other]

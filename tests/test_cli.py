@@ -118,6 +118,7 @@ def test_play_prints_one_episode_turn_by_turn():
         (["crossplay", "--seeds", "-1"], ["--seeds"]),
         (["show", "/nonexistent/run"], ["not a run folder"]),
         (["play", "--scenario", "99999"], ["out of range"]),
+        (["play", "--role", "seller"], ["unknown role 'seller' for dealnodeal"]),
         (["crossplay", "--bogus-flag"], ["--bogus-flag"]),
     ],
 )

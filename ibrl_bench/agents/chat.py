@@ -11,6 +11,7 @@ from ibrl_bench.agents.base import Agent, Reply, Usage
 from ibrl_bench.agents.remote import EmptyReply, RemoteSettings, call
 from ibrl_bench.domains.base import Domain, Observation
 from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import key_from_env
 
 
 class Generation(BaseModel):
@@ -52,6 +53,17 @@ def split_params(spec_text: str, params: dict[str, Any], extra: set[str]) -> tup
     except ValidationError as e:
         err = e.errors()[0]
         raise UserError(f"bad parameter {err['loc'][0]} in {spec_text}: {err['msg']}") from None
+
+
+def resolve_key(key_env: str | None, spec_text: str) -> str:
+    """The key in the variable named by a spec or card, registered for scrubbing; `none` (or no
+    name) for servers without keys, which clients still want a value for."""
+    if key_env is None or str(key_env).lower() == "none":
+        return "none"
+    key = key_from_env(str(key_env))
+    if not key:
+        raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, or pass key_env=none for a server without keys")
+    return key
 
 
 def reply(text: str | None, prompt_tokens: int, completion_tokens: int, pricing: Pricing, cost: float | None = None) -> Reply:

@@ -13,13 +13,12 @@ import os
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, split_params
+from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, resolve_key, split_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
-from ibrl_bench.secrets import key_from_env
 
 EXTRA = {"key_env", "observation"}
 
@@ -63,13 +62,7 @@ def from_spec(spec: AgentSpec, domain: str) -> Agent:
     if "/" not in model or (sep and not url.startswith(("http://", "https://"))):
         raise UserError(f"malformed spec {spec.text!r}; expected litellm:PROVIDER/MODEL[@http(s)://HOST/v1]")
     gen, settings, pricing, extra = split_params(spec.text, spec.params, EXTRA)
-    key_env = extra.get("key_env")
-    key = None
-    if key_env and str(key_env).lower() != "none":
-        key = key_from_env(str(key_env))
-        if not key:
-            raise UserError(f"{spec.text} needs a key in ${key_env}, which is not set; export it")
-    elif key_env and str(key_env).lower() == "none":
-        key = "none"
+    # Without key_env litellm reads the provider's usual variable by itself.
+    key = resolve_key(extra["key_env"], spec.text) if extra.get("key_env") else None
     return LiteLLMChat(model, url.rstrip("/") or None, key, get_domain(domain), gen, settings, pricing,
                        send_observation=bool(extra.get("observation", False)))

@@ -14,25 +14,15 @@ import asyncio
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, split_params
+from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, resolve_key, split_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
-from ibrl_bench.secrets import key_from_env
 
 DEFAULT_URL = "https://api.openai.com/v1"
 EXTRA = {"key_env", "observation"}
-
-
-def resolve_key(key_env: str | None, spec_text: str) -> str:
-    if key_env is None or str(key_env).lower() == "none":
-        return "none"  # local servers accept any key; the client insists on one
-    key = key_from_env(str(key_env))
-    if not key:
-        raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, or pass key_env=none for a server without keys")
-    return key
 
 
 class OpenAIChat(RemoteChat):

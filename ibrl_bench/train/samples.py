@@ -1,0 +1,108 @@
+"""What the trainers learn from: one move of one role as token ids, and the padded batches of them.
+
+A `Sample` is one move: the exact prompt ids the role's model was fed (chat template applied,
+already cut to fit its context) and the exact ids it generated, with their log-probabilities under
+the policy that sampled them. Rollouts record both at generation time; nothing is re-tokenized
+from text, because decode-then-encode does not round-trip (merges differ, special tokens vanish).
+A whole episode of a role is the list of its moves; the moves share the episode's advantage.
+SFT builds samples from transcripts instead, where the completion is the transcript's message
+tokenized once, followed by the end-of-turn token.
+
+`collate` packs samples into right-padded tensors. The action mask is 1 exactly on completion
+tokens: it is built from lengths, never from token values, so it stays right when the pad token
+equals the end-of-sequence token (the eos a role generated is an action; padding is not), and
+the prompt (system text, the other side's messages, template tokens) is always 0. Truncation to
+`max_length` drops prompt tokens from the left first (the context furthest from the move), then
+completion tokens from the right, with their log-probabilities.
+
+Alignment: position t of `action_mask` / `old_logprobs` refers to token t of `input_ids`; a causal
+model predicts it from the logits at t - 1 (see `token_logprobs`), so column 0 is always 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    # Per completion token, under the sampling policy; None for imitation targets.
+    logprobs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.logprobs)} log-probabilities for {len(self.completion_ids)} completion tokens"
+            )
+
+
+@dataclass
+class Batch:
+    input_ids: Any  # LongTensor [B, T]
+    attention_mask: Any  # LongTensor [B, T]: 1 on real tokens, 0 on padding
+    action_mask: Any  # FloatTensor [B, T]: 1 on completion tokens
+    old_logprobs: Any  # FloatTensor [B, T]: sampling log-probabilities where action_mask is 1, else 0
+
+
+def truncate(sample: Sample, max_length: int) -> Sample:
+    """`sample` cut to at most `max_length` tokens: prompt from the left, then completion from the right."""
+    if max_length < 1:
+        raise ValueError("max_length must be at least 1")
+    prompt, completion, logprobs = sample.prompt_ids, sample.completion_ids, sample.logprobs
+    excess = len(prompt) + len(completion) - max_length
+    if excess <= 0:
+        return sample
+    cut = min(excess, len(prompt))
+    prompt = prompt[cut:]
+    excess -= cut
+    if excess > 0:
+        completion = completion[: len(completion) - excess]
+        logprobs = None if logprobs is None else logprobs[: len(completion)]
+    return Sample(prompt_ids=list(prompt), completion_ids=list(completion), logprobs=logprobs)
+
+
+def collate(samples: list[Sample], pad_id: int, max_length: int | None = None) -> Batch:
+    import torch
+
+    if not samples:
+        raise ValueError("no samples to collate")
+    if max_length is not None:
+        samples = [truncate(s, max_length) for s in samples]
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    shape = (len(samples), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    attention_mask = torch.zeros(shape, dtype=torch.long)
+    action_mask = torch.zeros(shape, dtype=torch.float32)
+    old_logprobs = torch.zeros(shape, dtype=torch.float32)
+    for i, s in enumerate(samples):
+        p, n = len(s.prompt_ids), len(s.completion_ids)
+        input_ids[i, : p + n] = torch.tensor(s.prompt_ids + s.completion_ids, dtype=torch.long)
+        attention_mask[i, : p + n] = 1
+        action_mask[i, p : p + n] = 1.0
+        if s.logprobs is not None:
+            old_logprobs[i, p : p + n] = torch.tensor(s.logprobs, dtype=torch.float32)
+    # A completion with no prompt left has nothing to be predicted from at column 0.
+    action_mask[:, 0] = 0.0
+    old_logprobs[:, 0] = 0.0
+    return Batch(input_ids=input_ids, attention_mask=attention_mask, action_mask=action_mask, old_logprobs=old_logprobs)
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Any:
+    """Log-probability of every token of the batch under `model`, aligned with `input_ids`.
+
+    Returns [B, T] with column 0 set to 0 (the first token has no prediction). `temperature`
+    divides the logits as the sampler did, so the ratio against the recorded log-probabilities
+    compares like with like.
+    """
+    import torch
+
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.input_ids[:, 1:].unsqueeze(-1)
+    # log_softmax then gather: the logsumexp is done once per position, in float32.
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0), value=0.0)

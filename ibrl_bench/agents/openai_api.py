@@ -11,6 +11,7 @@ are off so that they are not stacked.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
@@ -22,6 +23,11 @@ from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
 
 DEFAULT_URL = "https://api.openai.com/v1"
+# Requests are spread round-robin over this many clients (connection pools) per event loop. The
+# HTTP pool under the openai client checks every connection it holds each time it places a
+# request, so one pool of N connections costs O(N) per call; at 256 concurrent episodes that
+# bookkeeping was the largest CPU cost of a move (benchmarks/endpoint_throughput.py --profile).
+CLIENT_SHARDS = 8
 EXTRA = {"key_env", "observation"}
 
 
@@ -30,16 +36,20 @@ class OpenAIChat(RemoteChat):
                  settings: RemoteSettings, pricing: Pricing, send_observation: bool = False):
         super().__init__(model, base_url, domain, gen, settings, pricing, send_observation)
         self._key = key
-        self._clients: dict[int, Any] = {}
+        self._clients: dict[int, list[Any]] = {}
+        self._turn: dict[int, Any] = {}
 
     def _client(self):
         from openai import AsyncOpenAI
 
         loop = id(asyncio.get_running_loop())  # an HTTP client belongs to one event loop
         if loop not in self._clients:
-            self._clients[loop] = AsyncOpenAI(api_key=self._key, base_url=self.endpoint,
-                                              max_retries=0, timeout=self.settings.timeout)
-        return self._clients[loop]
+            self._clients[loop] = [
+                AsyncOpenAI(api_key=self._key, base_url=self.endpoint, max_retries=0, timeout=self.settings.timeout)
+                for _ in range(CLIENT_SHARDS)
+            ]
+            self._turn[loop] = itertools.cycle(self._clients[loop])
+        return next(self._turn[loop])
 
     async def complete(self, request: dict[str, Any]) -> Any:
         from openai.types.chat import ChatCompletion
@@ -52,9 +62,11 @@ class OpenAIChat(RemoteChat):
         return await self._client().post("/chat/completions", body=body, cast_to=ChatCompletion)
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.close()
+        for clients in self._clients.values():
+            for client in clients:
+                await client.close()
         self._clients.clear()
+        self._turn.clear()
 
 
 def parse_target(spec: AgentSpec) -> tuple[str, str]:

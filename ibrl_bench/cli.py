@@ -27,11 +27,15 @@ err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
 DEMO_DOMAIN = "dealnodeal"
 DEMO_POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat", "scripted:dealnodeal/fair"]
 DEMO_PANEL = "dealnodeal-scripted-heldout"
-# The no-argument demo of each domain: (policies, panel).
+# The no-argument demo of each domain and --role: (policies, panel); None is the default role.
 DEMOS = {
-    "dealnodeal": (DEMO_POLICIES, DEMO_PANEL),
-    "telesales": (["scripted:telesales/consultative", "scripted:telesales/discount_led",
-                   "scripted:telesales/pushy_upseller", "scripted:telesales/by_the_book"], "telesales-buyers-heldout"),
+    "dealnodeal": {None: (DEMO_POLICIES, DEMO_PANEL)},
+    "telesales": {
+        None: (["scripted:telesales/consultative", "scripted:telesales/discount_led",
+                "scripted:telesales/pushy_upseller", "scripted:telesales/by_the_book"], "telesales-buyers-heldout"),
+        "buyer": (["scripted:telesales/hurried", "scripted:telesales/skeptical",
+                   "scripted:telesales/friendly", "scripted:telesales/analytical"], "telesales-sellers-heldout"),
+    },
 }
 # `play` without --policy/--counterpart: a scripted pair of the domain.
 PLAY_DEFAULTS = {
@@ -75,7 +79,8 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
 
     domain = domain or DEMO_DOMAIN
     if not policies and not counterparts and not panels:
-        policies, demo_panel = DEMOS[domain]
+        demos = DEMOS[domain]
+        policies, demo_panel = demos.get(roles[0] if len(roles) == 1 else None, demos[None])
         panels = (demo_panel,)
         err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {demo_panel}[/dim]")
     if not policies:

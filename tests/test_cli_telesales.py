@@ -104,3 +104,14 @@ def test_panels_name_their_roles_and_old_panels_still_load(tmp_path, monkeypatch
     monkeypatch.setenv("IBRL_BENCH_COUNTERPARTS", str(tmp_path))
     with pytest.raises(UserError, match="roles"):
         load_panel("odd")
+
+
+def test_crossplay_telesales_buyer_demo_seats_scripted_buyers_against_the_seller_panel(tmp_path):
+    out = tmp_path / "run"
+    proc = ibrl("crossplay", "--domain", "telesales", "--role", "buyer", "--scenarios", "2", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "telesales-sellers-heldout" in proc.stderr
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert {r["policy_role"] for r in records} == {"buyer"}
+    assert {r["policy"] for r in records} == {f"scripted:telesales/{b}" for b in BUYERS}
+    assert {r["counterpart"] for r in records} == {f"scripted:telesales/{s}" for s in SELLERS}

@@ -563,6 +563,7 @@ def submit(track_ref, policy, name, org, train_counterpart, concurrency, out, bu
     config = sub.suite_config(track, policy, train_counterpart, concurrency)
     out_path = Path(out) if out else sub.default_run_folder(track, name)
     bundle_path = Path(bundle) if bundle else sub.default_bundle_folder(track, name)
+    sub.check_bundle_folder(bundle_path)  # before the run, not after it
     _run_crossplay(config, out_path, quiet)
     result = sub.make_bundle(track, RunStore(out_path), bundle_path, policy=policy, name=name, org=org,
                              train_counterpart=train_counterpart)

@@ -123,8 +123,7 @@ def render_md(board: Board, track: Track) -> str:
     lines = [
         f"# {track.id} (version {track.version})",
         "",
-        track.description.strip(),
-        "",
+        *([track.description.strip(), ""] if track.description.strip() else []),
         f"Track hash `{board.track.hash}`; {track.split} split, {track.scenarios.n} scenarios "
         f"({track.scenarios.version}, hash `{track.scenarios.hash}`) x {track.seeds} seed(s) x roles "
         f"{', '.join(track.roles)}. Estimates with {board.confidence:.0%} scenario-clustered intervals; "
@@ -148,9 +147,10 @@ def render_md(board: Board, track: Track) -> str:
 
 
 def write_board(board: Board, track: Track, root: Path | None = None) -> tuple[Path, Path]:
+    """Write board.md and board.json (each replaced atomically); returns their paths, in that order."""
     folder = track_folder(track.id, root)
     out = []
-    for name, text in ((BOARD_JSON, board.model_dump_json(indent=2) + "\n"), (BOARD_MD, render_md(board, track))):
+    for name, text in ((BOARD_MD, render_md(board, track)), (BOARD_JSON, board.model_dump_json(indent=2) + "\n")):
         tmp = folder / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, folder / name)

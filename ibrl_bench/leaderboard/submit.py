@@ -62,6 +62,11 @@ def earlier_submissions(track: Track, name: str, root: Path | None = None) -> in
     return n
 
 
+def check_bundle_folder(bundle: Path) -> None:
+    if bundle.exists() and (not bundle.is_dir() or any(bundle.iterdir())):
+        raise UserError(f"--bundle {bundle} exists and is not empty; give a new folder")
+
+
 def make_bundle(track: Track, store: RunStore, bundle: Path, *, policy: str, name: str, org: str | None,
                 train_counterpart: str | None, root: Path | None = None) -> Submission:
     manifest = store.read_manifest()
@@ -71,8 +76,7 @@ def make_bundle(track: Track, store: RunStore, bundle: Path, *, policy: str, nam
     if errors or len(records) != planned:
         raise UserError(f"the run in {store.folder} has {len(records) - errors} of {planned} episodes finished "
                         f"({errors} infrastructure errors); rerun the same submit command to complete it")
-    if bundle.exists() and (not bundle.is_dir() or any(bundle.iterdir())):
-        raise UserError(f"--bundle {bundle} exists and is not empty; give a new folder")
+    check_bundle_folder(bundle)
     earlier = earlier_submissions(track, name, root or leaderboards_dir())
     scores = entry_scores(records, track, train_counterpart)
     return write_bundle(bundle, track=track, policy=policy, name=name, org=org, train_counterpart=train_counterpart,

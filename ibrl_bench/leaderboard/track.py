@@ -148,10 +148,12 @@ def current_pins(track: Track) -> dict:
     domain: Domain = get_domain(track.domain)
     ss = track_scenarios(track)
     cards = {}
+    reads_prompt = False  # whether a member is a language model, which reads the domain's prompt
     for m in track.panel:
         spec = parse_spec(m.spec)
-        cards[m.spec] = load_card(spec.target).hash if spec.kind == "card" else None
-    reads_prompt = any(parse_spec(m.spec).kind in MODEL_KINDS for m in track.panel)
+        card = load_card(spec.target) if spec.kind == "card" else None
+        cards[m.spec] = card.hash if card else None
+        reads_prompt |= card.backend != "scripted" if card else spec.kind in MODEL_KINDS
     return {
         "scenarios": {"version": ss.version, "n": len(ss.scenarios), "hash": ss.hash},
         "cards": cards,

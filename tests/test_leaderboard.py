@@ -338,6 +338,26 @@ def test_unexpected_files_and_records_that_are_not_episodes_are_refused(bundle):
 
 # ------------------------------------------------------------------------------ the board
 
+@pytest.mark.slow
+def test_the_shipped_boards_are_built_from_reference_bundles_that_verify(monkeypatch):
+    """The seeded entries are real bundles: each verifies, and the committed board is what the
+    build gives from them (a harness change that alters a transcript or a number shows here)."""
+    monkeypatch.delenv("IBRL_BENCH_LEADERBOARDS", raising=False)
+    monkeypatch.delenv("IBRL_BENCH_COUNTERPARTS", raising=False)
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    seeded = 0
+    for track_id in ("dealnodeal/offline-scripted", "telesales/offline"):
+        track = load_track(track_id)
+        board = build_board(track)
+        assert not board.rejected, board.rejected
+        assert all(e.org == "ibrl-bench reference" for e in board.entries)
+        committed = (repo / "leaderboards" / track_id / "board.json").read_text()
+        assert board.model_dump_json(indent=2) + "\n" == committed
+        seeded += len(board.entries)
+    assert seeded >= 7
+
+
 def _entry(name: str, low: float, est: float, high: float) -> Entry:
     iv = Interval(estimate=est, low=low, high=high, method="test", confidence=0.95, n=10, n_clusters=10)
     return Entry(rank=None, name=name, org=None, policy=f"scripted:dealnodeal/{name}", model={}, estimate=iv,

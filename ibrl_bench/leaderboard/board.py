@@ -172,7 +172,7 @@ def read_board(track: Track, root: Path | None = None) -> Board:
 def board_table(board: Board, track: Track) -> Table:
     m = board.metric
     table = Table(title=f"{track.id} v{track.version} · {m} · rank = {board.rank_rule}", header_style="bold",
-                  box=box.SIMPLE_HEAD)
+                  box=box.SIMPLE_HEAD, caption=None if board.entries else "no entries yet")
     for col in ("rank", "name", "policy", m, *(short(c, track.domain) for c in board.counterparts),
                 "mismatch", "submitted", "n"):
         table.add_column(col, overflow="fold")

@@ -82,7 +82,10 @@ def member(root: Path, name: str) -> Path:
 
 def read_json(root: Path, name: str) -> object:
     path = member(root, name)
-    data = path.read_bytes()[: CAPS[name] + 1]  # the cap was checked by stat; never read past it
+    with open(path, "rb") as f:
+        data = f.read(CAPS[name] + 1)  # never past the cap, even if the file grew since its stat
+    if len(data) > CAPS[name]:
+        raise BundleRefused(f"refused {root}: {name} is over the {CAPS[name]:,}-byte cap")
     try:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:

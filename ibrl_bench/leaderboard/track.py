@@ -98,9 +98,8 @@ def leaderboards_dir() -> Path:
     env = os.environ.get("IBRL_BENCH_LEADERBOARDS")
     if env:
         return Path(env)
-    here = Path.cwd() / "leaderboards"
-    if here.is_dir():
-        return here
+    if Path("leaderboards").is_dir():
+        return Path("leaderboards")  # relative, so that printed paths read as a user would type them
     return Path(__file__).resolve().parents[2] / "leaderboards"
 
 

@@ -376,3 +376,26 @@ def test_the_board_markdown_has_a_column_per_counterpart(bundle):
     md = render_md(build_board(track), track)
     header = next(line for line in md.splitlines() if line.startswith("| rank"))
     assert "random" in header and "card:tough" in header and "mismatch" in header and "submitted" in header
+
+
+# ------------------------------------------------------------------------------ tracks
+
+def test_the_track_hash_covers_what_changes_a_number_and_not_the_prose(env):
+    track = load_track("dealnodeal/tiny")
+    assert track.model_copy(update={"description": "other words"}).hash == track.hash
+    for change in ({"seeds": 2}, {"max_turns": 12}, {"roles": ["a"]}, {"metrics": ["policy_score"]},
+                   {"min_episodes_per_cell": 2}, {"panel": track.panel[:1]}, {"version": 2}):
+        assert track.model_copy(update=change).hash != track.hash, change
+
+
+def test_a_malformed_track_is_one_clear_line(env):
+    path = env / "leaderboards" / "dealnodeal" / "tiny" / "track.yaml"
+    data = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**data, "seeds": 0}))
+    with pytest.raises(Exception, match=r"track.yaml: seeds: .*see leaderboards/README.md"):
+        load_track("dealnodeal/tiny")
+    path.write_text(yaml.safe_dump({**data, "min_episodes_per_cell": 99}))
+    with pytest.raises(Exception, match="fewer episodes per cell than min_episodes_per_cell"):
+        load_track("dealnodeal/tiny")
+    proc = ibrl("submit", "--track", "dealnodeal/nope", "--policy", POLICY, "--name", "x", cwd=env)
+    assert_one_line_error(proc, "unknown track 'dealnodeal/nope'", "dealnodeal/tiny")

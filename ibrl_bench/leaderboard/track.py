@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ibrl_bench.domains import DOMAINS, get_domain
 from ibrl_bench.domains.base import Domain, ScenarioSet, content_hash
 from ibrl_bench.errors import UserError
+from ibrl_bench.yaml_files import read_yaml
 
 TRACK_FILE = "track.yaml"
 
@@ -121,14 +121,7 @@ def load_track(ref: str, root: Path | None = None) -> Track:
     if not path.is_file():
         known = ", ".join(available_tracks(root)) or "none found"
         raise UserError(f"unknown track {ref!r} (no {path}); tracks: {known}")
-    try:
-        track = Track.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "track"
-        raise UserError(f"{path}: {where}: {err['msg']}; see leaderboards/README.md for the track format") from None
+    track = read_yaml(path, Track, "track", "leaderboards/README.md")
     if path.parent.name != track.name or path.parent.parent.name != track.domain:
         raise UserError(f"{path} declares track {track.id}; keep it in leaderboards/{track.id}/{TRACK_FILE}")
     return track

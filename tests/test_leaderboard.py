@@ -320,6 +320,20 @@ def test_a_hostile_bundle_is_refused_in_one_line_and_nothing_is_written(bundle, 
                                            "leaderboards/dealnodeal/tiny/board.md"}
 
 
+def test_a_hard_link_is_refused(bundle, env):
+    outside = env / "elsewhere.md"
+    outside.write_text("not part of the bundle")
+    (bundle / files.README).unlink()
+    os.link(outside, bundle / files.README)
+    with pytest.raises(BundleRefused, match="README.md is a hard link"):
+        verify_bundle(bundle)
+
+
+def test_a_training_counterpart_from_the_panel_is_refused(env):
+    with pytest.raises(Exception, match="is in the track's held-out panel"):
+        suite_config(load_track("dealnodeal/tiny"), POLICY, "card:tough", concurrency=1)
+
+
 def test_a_gzip_that_inflates_past_its_cap_is_refused(bundle, monkeypatch):
     monkeypatch.setattr(files, "INFLATED_CAP", 10_000)
     with pytest.raises(BundleRefused, match="inflates to more than 10,000 bytes"):

@@ -50,6 +50,8 @@ def bundle_folder(path: str | Path) -> Path:
             raise BundleRefused(f"refused {given}: {entry.name} is a symlink; a bundle holds plain files only")
         if not stat.S_ISREG(mode):
             raise BundleRefused(f"refused {given}: {entry.name} is not a plain file; a bundle holds no folders")
+        if entry.lstat().st_nlink > 1:  # a hard link can point at any file of the machine, like a symlink
+            raise BundleRefused(f"refused {given}: {entry.name} is a hard link; a bundle holds plain files only")
         if entry.name not in CAPS:
             raise BundleRefused(f"refused {given}: unexpected file {entry.name!r}; a bundle holds only "
                                 f"{', '.join(CAPS)}")

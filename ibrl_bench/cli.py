@@ -537,6 +537,105 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
 
+# ---------------------------------------------------------------- leaderboards
+
+@cli.command()
+@click.option("--track", "track_ref", required=True, metavar="T", help="Track id (dealnodeal/offline) or a track.yaml.")
+@click.option("--policy", required=True, metavar="SPEC", help="The policy to submit.")
+@click.option("--name", required=True, help="The entry's name on the board.")
+@click.option("--org", default=None, help="Organisation, shown next to the name.")
+@click.option("--train-counterpart", default=None, metavar="SPEC",
+              help="The counterpart the policy trained against; adds its episodes, for the mismatch column.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default runs/submit/DOMAIN-TRACK-NAME); the same command resumes it.")
+@click.option("--bundle", type=click.Path(file_okay=False), default=None,
+              help="Bundle folder to write (default leaderboards/DOMAIN/TRACK/submissions/NAME-TIME).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def submit(track_ref, policy, name, org, train_counterpart, concurrency, out, bundle, quiet) -> None:
+    """Run a track's suite for a policy and write a submission bundle.
+
+    The run is an ordinary cross-play run: rerunning the same command resumes it. The bundle
+    (submission.json, episodes.jsonl.gz, manifest.json, README.md) is written once every episode
+    has finished; open a pull request adding its folder to submit it.
+    """
+    from ibrl_bench.leaderboard import submit as sub
+    from ibrl_bench.leaderboard.track import check_pins, load_track
+    from ibrl_bench.runner.store import RunStore
+
+    track = load_track(track_ref)
+    check_pins(track)
+    config = sub.suite_config(track, policy, train_counterpart, concurrency)
+    out_path = Path(out) if out else sub.default_run_folder(track, name)
+    bundle_path = Path(bundle) if bundle else sub.default_bundle_folder(track, name)
+    sub.check_bundle_folder(bundle_path)  # before the run, not after it
+    _run_crossplay(config, out_path, quiet)
+    result = sub.make_bundle(track, RunStore(out_path), bundle_path, policy=policy, name=name, org=org,
+                             train_counterpart=train_counterpart)
+    overall = result.scores.metrics[track.primary].overall
+    console.print(f"bundle: {bundle_path} ({result.counts.episodes} episodes; {track.primary} "
+                  f"{overall.format(3)}); check it with: ibrl-bench leaderboard verify {bundle_path}", highlight=False)
+
+
+@cli.group()
+def leaderboard() -> None:
+    """Verify submission bundles, build and show the boards (leaderboards/DOMAIN/TRACK/)."""
+
+
+@leaderboard.command("verify")
+@click.argument("bundle", type=click.Path())
+def leaderboard_verify(bundle: str) -> None:
+    """Recompute every number of a bundle from its transcripts and check it against its track."""
+    from ibrl_bench.leaderboard.verify import verify_bundle
+
+    verdict = verify_bundle(bundle)
+    s = verdict.submission
+    if verdict.ok:
+        metric = next(iter(s.scores.metrics))  # the track's ranked metric comes first
+        console.print(f"verified {bundle}: {s.name}, {verdict.n_episodes} episodes replayed on {verdict.track}; "
+                      f"every metric recomputes ({metric} {s.scores.metrics[metric].overall.format(3)})",
+                      highlight=False)
+        return
+    for problem in verdict.problems[:20]:
+        console.print(f"- {problem}", markup=False, highlight=False)
+    if len(verdict.problems) > 20:
+        console.print(f"... and {len(verdict.problems) - 20} more", highlight=False)
+    raise UserError(f"{bundle} does not verify: {len(verdict.problems)} problem(s), the first: {verdict.problems[0]}")
+
+
+def _tracks(track_ref: str | None):
+    from ibrl_bench.leaderboard.track import available_tracks, load_track
+
+    refs = [track_ref] if track_ref else available_tracks()
+    if not refs:
+        raise UserError("no tracks found (leaderboards/DOMAIN/TRACK/track.yaml); run from the repository root")
+    return [load_track(r) for r in refs]
+
+
+@leaderboard.command("build")
+@click.option("--track", "track_ref", default=None, metavar="T", help="One track (default: every track).")
+def leaderboard_build(track_ref: str | None) -> None:
+    """Regenerate board.md and board.json of each track from the bundles that verify."""
+    from ibrl_bench.leaderboard.board import build_board, write_board
+
+    for track in _tracks(track_ref):
+        board = build_board(track)
+        md, _ = write_board(board, track)
+        console.print(f"{md}: {len(board.entries)} entries, {len(board.rejected)} bundles rejected", highlight=False)
+        for r in board.rejected:
+            console.print(f"  rejected {r.bundle}: {r.reason}", markup=False, highlight=False)
+
+
+@leaderboard.command("show")
+@click.option("--track", "track_ref", default=None, metavar="T", help="One track (default: every track).")
+def leaderboard_show(track_ref: str | None) -> None:
+    """Print the built boards."""
+    from ibrl_bench.leaderboard.board import board_table, read_board
+
+    for track in _tracks(track_ref):
+        console.print(board_table(read_board(track), track))
+
+
 def main(argv: list[str] | None = None) -> None:
     register_environment()
     logging.basicConfig(level=logging.WARNING, format="%(message)s",

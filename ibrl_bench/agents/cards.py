@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.panels import counterparts_dir
@@ -22,6 +21,7 @@ from ibrl_bench.agents.spec import AgentSpec, build_agent
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import content_hash
 from ibrl_bench.errors import UserError
+from ibrl_bench.yaml_files import read_yaml
 
 Backend = Literal["openai", "litellm", "hf", "vllm", "scripted"]
 
@@ -83,14 +83,7 @@ def load_card(name: str) -> Card:
     if not path.is_file():
         known = ", ".join(available_cards()) or "none found"
         raise UserError(f"unknown card {name!r} (looked in {path.parent}); available: {known}")
-    try:
-        card = Card.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as e:
-        raise UserError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "card"
-        raise UserError(f"{path}: {where}: {err['msg']}; see counterparts/README.md for the card format") from None
+    card = read_yaml(path, Card, "card", "counterparts/README.md")
     if card.id != name:
         raise UserError(f"{path} has id {card.id!r}; the file name and `id` must match")
     return card

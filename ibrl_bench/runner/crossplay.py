@@ -270,6 +270,8 @@ class Crossplay:
             counterpart=job.counterpart,
             policy_role=job.policy_role,
             agents=seats,
+            cards={role: card.hash for role, spec in seats.items()
+                   if (card := getattr(self.agents[spec], "card", None)) is not None},
             scenario_id=job.scenario.id,
             scenario_hash=job.scenario.hash,
             seed=job.seed,

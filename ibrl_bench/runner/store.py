@@ -45,6 +45,7 @@ class EpisodeRecord(BaseModel):
     counterpart: str
     policy_role: Role
     agents: dict[Role, str]  # role -> spec
+    cards: dict[Role, str] = {}  # role -> content hash of the card behind its spec, for seats played by a card
     scenario_id: str
     scenario_hash: str
     seed: int

@@ -1,0 +1,66 @@
+"""The numbers of one leaderboard entry, from its episodes: the same function for the submitter
+(who writes them into submission.json) and the verifier (who recomputes and compares them).
+
+Per metric of the track: the overall estimate is the uniform mean over the panel's cells
+(counterpart x role), and each counterpart's column the mean over its roles, both with the
+scenario-clustered bootstrap of `stats.ranking.uniform_means`. Episodes against a declared training
+counterpart count only towards the mismatch: score against it minus the held-out panel, paired by
+game (`stats.mismatch`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ibrl_bench.errors import UserError
+from ibrl_bench.leaderboard.track import Track
+from ibrl_bench.runner.store import EpisodeRecord
+from ibrl_bench.stats.intervals import Interval
+from ibrl_bench.stats.matrix import episodes_frame
+from ibrl_bench.stats.mismatch import mismatch
+from ibrl_bench.stats.ranking import uniform_means
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+SEED = 0  # fixed, so that the verifier recomputes the very same intervals
+
+
+class MetricSummary(BaseModel):
+    overall: Interval
+    per_counterpart: dict[str, Interval]
+
+
+class EntryScores(BaseModel):
+    metrics: dict[str, MetricSummary]
+    mismatch: Interval | None = None  # primary metric: vs the training counterpart minus the panel
+
+
+def _uniform_mean(frame, metric: str) -> Interval:
+    try:
+        (only,) = uniform_means(frame, metric=metric, confidence=CONFIDENCE, n_resamples=N_RESAMPLES,
+                                seed=SEED).values()
+    except UserError:  # the metric is undefined on every episode here
+        return Interval(estimate=None, low=None, high=None, method="none (no observations)",
+                        confidence=CONFIDENCE, n=0, n_clusters=0)
+    return only
+
+
+def entry_scores(records: list[EpisodeRecord], track: Track, train_counterpart: str | None = None) -> EntryScores:
+    # In key order: the bootstrap's floating-point sums depend on the order of the columns, and
+    # the submitter's run and the verifier's bundle list the same episodes in different orders.
+    frame = episodes_frame(sorted(records, key=lambda r: r.key))
+    panel = frame[frame["counterpart"].isin(track.counterparts)]
+    metrics = {}
+    for metric in track.metrics:
+        metrics[metric] = MetricSummary(
+            overall=_uniform_mean(panel, metric),
+            per_counterpart={c: _uniform_mean(panel[panel["counterpart"] == c], metric) for c in track.counterparts},
+        )
+    gap = None
+    if train_counterpart:
+        heldout = [c for c in track.counterparts if c != train_counterpart]
+        policy = str(frame["policy"].iloc[0])
+        result = mismatch(frame, policy, train_counterpart, heldout=heldout, metric=track.primary,
+                          confidence=CONFIDENCE, n_resamples=N_RESAMPLES, seed=SEED)
+        gap = result.gap.difference
+    return EntryScores(metrics=metrics, mismatch=gap)

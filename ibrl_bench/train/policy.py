@@ -1,0 +1,258 @@
+"""A trainable policy: a causal LM (or one LoRA adapter on a shared frozen base), its optimizer,
+the frozen reference it is regularized towards, and a `save` that cross-play can load.
+
+    policy = load_policy(ModelOptions(model="hf:/path/to/base", lora=LoraOptions()), lr=1e-5)
+    policy.model          # the module to run forward and backward (with this policy's adapter on)
+    policy.tokenizer      # its tokenizer (left-padded for generation, as models/loading.py sets it)
+    policy.optimizer      # AdamW over this policy's trainable parameters only
+    with policy.active(): ...       # makes this policy's adapter the one the shared model runs
+    with policy.reference() as ref: ref(input_ids=...)   # the frozen reference policy
+    spec = policy.save(folder)      # "hf:FOLDER" or "hf:BASE?adapter=FOLDER"
+
+Two policies (IB-RL's two roles) come from `load_policies(options, ["a", "b"], lr)`:
+- with LoRA and `shared_base=True` (the default): ONE frozen base model with two adapters named
+  after the roles. Each policy's optimizer holds only its own adapter's parameters, and PEFT's
+  `set_adapter` makes the other adapter not trainable while one is active, so a role's backward
+  can neither reach nor move the other role's parameters. The reference is the base with adapters
+  disabled; no extra memory.
+- without LoRA: two full copies of the model, plus one frozen copy as the reference (loaded only
+  when `reference=True`, i.e. when the KL coefficient is not 0).
+
+Models are loaded through models/loading.py (folders, .gguf, package:NAME, the local HF cache; an
+`?adapter=` on the model spec warm-starts from that adapter). Dropout stays off (eval mode) during
+training: the importance ratio must compare the policy with itself, not with a noisy copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ibrl_bench.errors import UserError
+
+
+class LoraOptions(BaseModel):
+    """LoRA (Hu et al. 2021) on the linear layers of the base model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)  # 0 by default: see the module docstring on dropout
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+
+
+class ModelOptions(BaseModel):
+    """Which model to train and how; the `model` block of a training recipe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str  # an hf: spec (or its bare target): hf:PATH[?adapter=DIR&gguf_file=NAME]
+    lora: LoraOptions | None = None  # None: every weight is trained
+    shared_base: bool = True  # with LoRA and several policies: one base, one adapter per policy
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    device: str = "auto"  # ignored under accelerate, which places the model itself
+    gradient_checkpointing: bool = False  # trade compute for memory on large models
+
+
+@dataclass
+class Policy:
+    name: str  # the role it plays
+    model: Any  # PreTrainedModel, or PeftModel (shared with the other policies when shared_base)
+    tokenizer: Any
+    optimizer: Any
+    base_target: str  # the hf: target of the base model, for the spec of a saved adapter
+    base_params: dict[str, Any] = field(default_factory=dict)  # gguf_file etc., carried into specs
+    adapter: str | None = None  # the PEFT adapter name when LoRA ("policy_ROLE")
+    reference_model: Any | None = None  # frozen copy (full fine-tuning only); LoRA uses the base
+    _trainable: list[Any] = field(default_factory=list)
+
+    def parameters(self) -> list[Any]:
+        """The tensors this policy's optimizer updates (and nothing else)."""
+        return self._trainable
+
+    @contextmanager
+    def active(self) -> Iterator[Any]:
+        """Run the model as this policy: its adapter on, every other adapter off and frozen."""
+        if self.adapter is not None:
+            _peft(self.model).set_adapter(self.adapter)
+        yield self.model
+
+    @contextmanager
+    def reference(self) -> Iterator[Any]:
+        """The frozen reference policy (the model as loaded, before any update), without grad."""
+        import torch
+
+        if self.adapter is not None:
+            ctx = _peft(self.model).disable_adapter()
+            model = self.model
+        elif self.reference_model is not None:
+            ctx, model = nullcontext(), self.reference_model
+        else:
+            raise RuntimeError(f"policy {self.name} was loaded without a reference model")
+        with ctx, torch.no_grad():
+            yield model
+
+    def save(self, folder: str | Path) -> str:
+        """Write a checkpoint that `build_agent` loads as an hf: agent; return that spec.
+
+        Full fine-tuning writes a whole HF folder (weights, config, tokenizer): `hf:FOLDER`.
+        LoRA writes this policy's adapter alone (adapter_config.json + adapter_model.safetensors,
+        plus the tokenizer for convenience): `hf:BASE?adapter=FOLDER`, BASE the model trained on.
+        """
+        folder = Path(folder).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        model = _unwrap(self.model)
+        if self.adapter is None:
+            model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+            return _spec(str(folder), self.base_params)
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        peft = _peft(model)
+        # Saved by hand rather than with save_pretrained(selected_adapters=...), which puts every
+        # adapter but "default" in a subfolder named after it; `?adapter=` wants the folder itself.
+        state = get_peft_model_state_dict(peft, adapter_name=self.adapter)
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors")
+        peft.peft_config[self.adapter].save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        return _spec(self.base_target, {**self.base_params, "adapter": str(folder)})
+
+
+def load_policy(options: ModelOptions, lr: float, name: str = "default", reference: bool = True, **optim: Any) -> Policy:
+    """One trainable policy (SFT, unilateral RL). `optim` goes to AdamW (weight_decay, betas...)."""
+    return load_policies(options, [name], lr, reference=reference, **optim)[name]
+
+
+def load_policies(
+    options: ModelOptions, names: list[str], lr: float, reference: bool = True, **optim: Any
+) -> dict[str, Policy]:
+    """One trainable policy per name, all starting from the same model (see the module docstring)."""
+    import torch
+
+    from ibrl_bench.models.loading import load_model
+
+    if len(set(names)) != len(names) or not names:
+        raise ValueError(f"policy names must be distinct and not empty: {names}")
+    target, params = _parse_model(options.model)
+    loaded = load_model(params["source"], params.get("adapter"), options.device, options.dtype)
+    base_params = {k: v for k, v in params.items() if k in ("gguf_file",)}
+    # Rollouts go through HFAgent (left padding); training batches are built by `collate`, which
+    # pads on the right by itself, so the tokenizer's setting is the generator's.
+    tokenizer = loaded.tokenizer
+
+    def optimizer(trainable: list[Any]) -> Any:
+        return torch.optim.AdamW(trainable, lr=lr, **optim)
+
+    policies: dict[str, Policy] = {}
+    if options.lora is None:
+        frozen = None
+        if reference:
+            frozen = load_model(params["source"], params.get("adapter"), options.device, options.dtype).model
+            frozen.requires_grad_(False)
+        for i, name in enumerate(names):
+            model = loaded.model if i == 0 else load_model(params["source"], params.get("adapter"), options.device, options.dtype).model
+            _prepare_for_training(model, options)
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, None, frozen, trainable)
+        return policies
+
+    if params.get("adapter"):
+        raise UserError(
+            f"{options.model}: LoRA training starts from a base model; merge the adapter first, or train without lora"
+        )
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=options.lora.r,
+        lora_alpha=options.lora.alpha,
+        lora_dropout=options.lora.dropout,
+        target_modules=options.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    # Adapter names are "policy_ROLE": PEFT warns about (and can mis-load) names that occur
+    # inside its "lora_" prefix, as the role "a" does.
+    groups = [names] if options.shared_base else [[n] for n in names]
+    for group in groups:
+        base = loaded.model if group is groups[0] else load_model(params["source"], None, options.device, options.dtype).model
+        base.requires_grad_(False)
+        # Each adapter is created with the same seeded init, so the roles start from one policy.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = get_peft_model(base, lora, adapter_name=_adapter_name(group[0]))
+        for name in group[1:]:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model.add_adapter(_adapter_name(name), lora)
+        _prepare_for_training(model, options)
+        for name in group:
+            adapter = _adapter_name(name)
+            trainable = [p for n, p in model.named_parameters() if f".{adapter}." in n and "lora_" in n]
+            if not trainable:
+                raise UserError(f"LoRA found no layers to adapt in {options.model} (target_modules={options.lora.target_modules})")
+            for p in trainable:
+                p.requires_grad_(True)
+            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, adapter, None, trainable)
+    return policies
+
+
+def _adapter_name(role: str) -> str:
+    return f"policy_{role}"
+
+
+def _prepare_for_training(model: Any, options: ModelOptions) -> None:
+    model.eval()  # no dropout: see the module docstring
+    if options.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
+
+
+def _parse_model(model: str) -> tuple[str, dict[str, Any]]:
+    """`hf:TARGET?adapter=...` (or bare TARGET) -> (TARGET, {source, adapter, gguf_file})."""
+    from ibrl_bench.agents.spec import parse_spec
+    from ibrl_bench.models.loading import resolve_source
+
+    spec = parse_spec(model if model.startswith("hf:") else f"hf:{model}")
+    if spec.kind != "hf":
+        raise UserError(f"training needs an hf: model, not {model!r}")
+    unknown = set(spec.params) - {"adapter", "gguf_file"}
+    if unknown:
+        raise UserError(f"{model}: training takes only ?adapter= and ?gguf_file=, not {', '.join(sorted(unknown))}")
+    gguf_file = spec.params.get("gguf_file")
+    params: dict[str, Any] = {"source": resolve_source(spec.target, gguf_file), "adapter": spec.params.get("adapter")}
+    if gguf_file:
+        params["gguf_file"] = gguf_file
+    target = spec.target
+    if Path(target).expanduser().exists():  # a folder or file: absolute, so saved specs work anywhere
+        target = str(Path(target).expanduser().resolve())
+    return target, params
+
+
+def _spec(target: str, params: dict[str, Any]) -> str:
+    from urllib.parse import urlencode
+
+    query = urlencode({k: v for k, v in params.items() if v is not None}, safe="/:")
+    return f"hf:{target}" + (f"?{query}" if query else "")
+
+
+def _unwrap(model: Any) -> Any:
+    """The model inside an accelerate/DDP wrapper."""
+    return getattr(model, "module", model)
+
+
+def _peft(model: Any) -> Any:
+    return _unwrap(model)
+
+
+def describe(policies: dict[str, Policy]) -> str:
+    """One line on what is trained, for logs."""
+    first = next(iter(policies.values()))
+    counts = {n: sum(p.numel() for p in pol.parameters()) for n, pol in policies.items()}
+    return json.dumps({"adapters": first.adapter is not None, "trainable_params": counts})

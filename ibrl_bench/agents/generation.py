@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.base import Agent, Reply, Trace, Usage
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
@@ -91,6 +91,7 @@ class GenResult:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    trace: Trace | None = None  # only from a backend asked to trace
 
 
 class BatchedAgent(Agent):
@@ -106,6 +107,7 @@ class BatchedAgent(Agent):
         return Reply(
             text=result.text,
             usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
+            trace=result.trace,
         )
 
     async def aclose(self) -> None:

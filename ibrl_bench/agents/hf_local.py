@@ -28,6 +28,8 @@ round differently from a single prompt, which can flip a near-tie between two to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
@@ -44,6 +46,7 @@ except ModuleNotFoundError as e:  # the [hf] extra is not installed
         "pip install torch && pip install 'ibrl-bench[hf]'"
     ) from None
 
+from ibrl_bench.agents.base import Trace
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import (
     BatchedAgent,
@@ -75,8 +78,24 @@ def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
 
 
 class HFAgent(BatchedAgent):
-    def __init__(self, model: Any, tokenizer: Any, params: HFParams, domain: Domain, max_positions: int | None):
+    """`trace=True` (the trainers' rollouts) attaches to every reply a `Trace`: the prompt ids, the
+    generated ids and their log-probabilities under the sampling distribution. `using`, when given,
+    is entered around each `generate` call: a trainer passes a context that switches a shared model
+    to this role's adapter (and holds a lock, since two roles' batchers run in two threads)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        params: HFParams,
+        domain: Domain,
+        max_positions: int | None,
+        trace: bool = False,
+        using: Callable[[], AbstractContextManager[Any]] | None = None,
+    ):
         self.model = model
+        self.trace = trace
+        self.using = using
         self.tokenizer = tokenizer
         self.params = params
         self.domain = domain
@@ -104,24 +123,52 @@ class HFAgent(BatchedAgent):
             do_sample=False,  # sampling, when asked for, is done per row by SeededSampling
             eos_token_id=self.eos_ids,
             pad_token_id=tok.pad_token_id,
+            # The raw logits of every step, to score the drawn tokens (only when tracing).
+            return_dict_in_generate=self.trace,
+            output_logits=self.trace,
         )
         processors = LogitsProcessorList()
         if self.params.temperature > 0:
             processors.append(SeededSampling([r.seed for r in requests], self.params.temperature, self.params.top_p))
-        with torch.inference_mode():
+        with self.using() if self.using is not None else nullcontext(), torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=padded["attention_mask"].to(self.device),
                 generation_config=config,
                 logits_processor=processors,
             )
+        sequences = out.sequences if self.trace else out
+        generated = sequences[:, input_ids.shape[1]:]  # [batch, steps]
+        logprobs = sampled_logprobs(out.logits, generated, self.params).tolist() if self.trace else None
         results = []
-        for prompt, row in zip(prompts, out[:, input_ids.shape[1]:].tolist()):
+        for r, (prompt, row) in enumerate(zip(prompts, generated.tolist())):
             # Rows that finished early are filled with padding after their EOS; count up to it.
+            # (Found by position, so a pad id equal to the EOS id cannot confuse it.)
             n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
             text = tok.decode(row[:n], skip_special_tokens=True).strip()
-            results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n))
+            trace = None
+            if logprobs is not None:
+                trace = Trace(prompt_ids=list(prompt), completion_ids=row[:n], logprobs=logprobs[r][:n])
+            results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n, trace=trace))
         return results
+
+
+def sampled_logprobs(logits: tuple[Any, ...], tokens: Any, params: GenerationParams) -> Any:
+    """Log-probability of each generated token under the distribution it was drawn from.
+
+    `logits`: per step, the model's raw logits [batch, vocab]; `tokens`: [batch, steps]. Sampling
+    draws from softmax(top_p(logits / temperature)) (SeededSampling below), so that is what is
+    scored; a greedy move (temperature 0) is scored under the model's own distribution (T = 1).
+    Returns float32 [batch, steps] on the CPU.
+    """
+    scores = torch.stack(logits, dim=1).float()  # [batch, steps, vocab]
+    if params.temperature > 0:
+        scores = scores / params.temperature
+        if params.top_p < 1.0:
+            flat = scores.reshape(-1, scores.shape[-1])
+            scores = TopPLogitsWarper(params.top_p)(None, flat).reshape(scores.shape)
+    picked = torch.log_softmax(scores, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return picked.cpu()
 
 
 

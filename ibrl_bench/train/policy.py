@@ -76,6 +76,10 @@ class Policy:
         """The tensors this policy's optimizer updates (and nothing else)."""
         return self._trainable
 
+    def generation_model(self) -> Any:
+        """The model to call `generate` on: the one inside any accelerate/DDP wrapper."""
+        return _unwrap(self.model)
+
     @contextmanager
     def active(self) -> Iterator[Any]:
         """Run the model as this policy: its adapter on, every other adapter off and frozen."""

@@ -1,0 +1,141 @@
+"""Rollouts for both trainers: groups of G episodes per scenario, played by the runner's one
+dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
+
+A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
+`policy_agent`), so every reply carries the exact prompt ids the model saw, the ids it generated
+and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
+as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
+any agent; it does not trace and yields no samples.
+
+Rewards come from the domain's outcome (`Outcome.rewards[role]`), one scalar per role per
+episode. The advantage computation (losses.py) sees a role's rewards within its own group only.
+
+Seeds: episode `g` of scenario `s` at step `t` plays with a seed hashed from (run seed, t, s, g),
+and the hf: backend derives each move's sampling stream from the episode seed (agents/generation.py),
+so the same run seed gives the same rollouts whatever the batching or the number of processes.
+
+Several processes (accelerate) split a step's scenarios between them, whole groups at a time
+(`shard`), so a group is always normalized where it was played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet
+from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.train.samples import Sample
+
+
+@dataclass
+class Rollout:
+    """One episode: its outcome and, for every traced role, that role's moves in order."""
+
+    scenario_id: str
+    seed: int
+    outcome: Outcome
+    samples: dict[Role, list[Sample]]
+
+    def reward(self, role: Role) -> float:
+        return self.outcome.rewards[role]
+
+
+@dataclass
+class Group:
+    """The G rollouts of one scenario in one step: the unit of advantage normalization."""
+
+    scenario: Scenario
+    rollouts: list[Rollout]
+
+    def rewards(self, role: Role) -> list[float]:
+        return [r.reward(role) for r in self.rollouts]
+
+
+def episode_seed(seed: int, step: int, scenario_id: str, index: int) -> int:
+    key = f"{seed}|{step}|{scenario_id}|{index}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") >> 1
+
+
+def step_scenarios(scenarios: ScenarioSet, step: int, per_step: int, seed: int) -> list[Scenario]:
+    """The scenarios of `step`: the split walked in a seeded order, reshuffled every epoch."""
+    pool = list(scenarios.scenarios)
+    if not pool:
+        raise ValueError(f"scenario set {scenarios.domain}/{scenarios.split} is empty")
+    out: list[Scenario] = []
+    position = step * per_step
+    while len(out) < per_step:
+        epoch, offset = divmod(position, len(pool))
+        order = list(range(len(pool)))
+        random.Random(f"{seed}|{epoch}").shuffle(order)
+        out.append(pool[order[offset]])
+        position += 1
+    return out
+
+
+def shard(items: Sequence[Any], index: int, count: int) -> list[Any]:
+    """This process's share of `items` (whole items; every item goes to exactly one process)."""
+    return list(items[index::count])
+
+
+def collect(
+    domain: Domain,
+    scenarios: Sequence[Scenario],
+    agents: Mapping[Role, Agent],
+    group_size: int,
+    seed: int,
+    step: int,
+    traced: Sequence[Role],
+    max_turns: int | None = None,
+) -> list[Group]:
+    """Play `group_size` episodes of every scenario, all concurrently (so a model's batcher
+    decodes moves of many episodes together), and return one group per scenario."""
+    return asyncio.run(_collect(domain, scenarios, agents, group_size, seed, step, traced, max_turns))
+
+
+async def _collect(domain, scenarios, agents, group_size, seed, step, traced, max_turns) -> list[Group]:
+    jobs = [(i, episode_seed(seed, step, s.id, g)) for i, s in enumerate(scenarios) for g in range(group_size)]
+    results = await asyncio.gather(*(play_episode(domain, scenarios[i], agents, ep_seed, max_turns) for i, ep_seed in jobs))
+    groups = [Group(scenario=s, rollouts=[]) for s in scenarios]
+    for (i, ep_seed), result in zip(jobs, results):
+        samples: dict[Role, list[Sample]] = {}
+        for role in traced:
+            moves = []
+            for reply in result.replies[role]:
+                if reply.trace is None:
+                    raise RuntimeError(f"the agent of role {role} did not trace its moves; it cannot be trained")
+                t = reply.trace
+                moves.append(Sample(prompt_ids=t.prompt_ids, completion_ids=t.completion_ids, logprobs=t.logprobs))
+            samples[role] = moves
+        rollout = Rollout(scenario_id=scenarios[i].id, seed=ep_seed, outcome=result.outcome, samples=samples)
+        groups[i].rollouts.append(rollout)
+    return groups
+
+
+def policy_agent(policy: Any, domain: Domain, temperature: float, max_new_tokens: int, batch_size: int, lock: threading.Lock) -> Agent:
+    """An hf: agent that plays with the live policy (its adapter switched on) and traces its moves.
+
+    `lock` must be shared by every policy on the same model: each agent decodes in its own
+    batcher thread, and switching the shared model's adapter must not happen mid-generate.
+    """
+    from ibrl_bench.agents.hf_local import HFAgent, HFParams
+
+    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5)
+    model = policy.generation_model()
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+
+    @contextmanager
+    def using() -> Iterator[Any]:
+        with lock, policy.active() as model:
+            yield model
+
+    agent = HFAgent(model, policy.tokenizer, params, domain, max_positions, trace=True, using=using)
+    agent.spec = f"policy:{policy.name}"
+    return agent

@@ -189,13 +189,13 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
                 n = stats["tokens"]
                 stats["entropy"] = float((entropy * batch.action_mask).sum()) / max(n, 1.0)
                 stats["loss"] = float(loss.detach())
-                for key in ("kl", "clip_fraction", "ratio", "entropy"):
+                for key in ("kl", "clip_frac", "ratio", "entropy"):
                     totals[key] = totals.get(key, 0.0) + stats[key] * n / max(total_tokens, 1.0)
                 totals["loss"] = totals.get("loss", 0.0) + stats["loss"] / config.updates_per_step
             if config.max_grad_norm is not None:
                 accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
             policy.optimizer.step()
-    for key in ("kl", "clip_fraction", "ratio", "entropy"):
+    for key in ("kl", "clip_frac", "ratio", "entropy"):
         totals[key] /= config.updates_per_step
     totals["tokens"] = total_tokens * config.updates_per_step
     return totals

@@ -110,7 +110,7 @@ def grpo_loss(
         is_clipped = ((ratio < 1.0 - options.clip_eps) & (adv < 0)) | ((ratio > 1.0 + options.clip_eps) & (adv > 0))
         stats = {
             "kl": float((kl * mask).sum()) / count,
-            "clip_fraction": float((is_clipped.float() * mask).sum()) / count,
+            "clip_frac": float((is_clipped.float() * mask).sum()) / count,
             "ratio": float((ratio * mask).sum()) / count,
             "tokens": float(mask.sum()),
         }

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet
+from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, Turn
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.train.samples import Sample
 
@@ -43,6 +43,7 @@ class Rollout:
     seed: int
     outcome: Outcome
     samples: dict[Role, list[Sample]]
+    transcript: list[Turn]  # the episode as the domain recorded it, for reading and debugging
 
     def reward(self, role: Role) -> float:
         return self.outcome.rewards[role]
@@ -114,7 +115,7 @@ async def _collect(domain, scenarios, agents, group_size, seed, step, traced, ma
                 t = reply.trace
                 moves.append(Sample(prompt_ids=t.prompt_ids, completion_ids=t.completion_ids, logprobs=t.logprobs))
             samples[role] = moves
-        rollout = Rollout(scenario_id=scenarios[i].id, seed=ep_seed, outcome=result.outcome, samples=samples)
+        rollout = Rollout(scenarios[i].id, ep_seed, result.outcome, samples, result.state.transcript)
         groups[i].rollouts.append(rollout)
     return groups
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -530,6 +531,90 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     )
     html_path, png_path = write_report(r, options, Path(out) if out else None)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
+
+# The held-out panel a trained checkpoint is tried against, per (domain, role it plays).
+HELDOUT_PANELS = {
+    ("dealnodeal", "a"): "dealnodeal-scripted-heldout",
+    ("dealnodeal", "b"): "dealnodeal-scripted-heldout",
+    ("telesales", "seller"): "telesales-buyers-heldout",
+    ("telesales", "buyer"): "telesales-sellers-heldout",
+}
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("method", type=click.Choice(["sft", "ibrl", "unilateral"]))
+@click.option("--recipe", required=True, type=click.Path(dir_okay=False), help="A recipe YAML (see training/).")
+@click.option("--quiet", is_flag=True, help="No progress bar (the log file is written all the same).")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def train(method, recipe, quiet, overrides) -> None:
+    """Train a policy: sft (imitation of transcripts), ibrl (both roles) or unilateral (one role).
+
+    KEY=VALUE pairs override the recipe (values read as YAML; dotted keys reach nested blocks):
+    `ibrl-bench train ibrl --recipe training/dealnodeal-tiny-ibrl.yaml steps=2 model.lora.r=8`.
+    Writes checkpoints, train_log.jsonl and the resolved recipe.yaml under the recipe's `out`.
+    Under `accelerate launch` every process trains; only the first writes the log and prints.
+    """
+    import yaml
+
+    from ibrl_bench.train.recipes import RECIPE_VERSION, load_recipe, trainer
+
+    module, config_class = trainer(method)
+    config = load_recipe(recipe, config_class, list(overrides), method=method)
+    out = Path(config.out)
+    main_process = _main_process()
+    if main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
+        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+        err_console.print(f"[dim]{method}: {recipe} -> {out} (resolved recipe: {out / 'recipe.yaml'})[/dim]")
+    from ibrl_bench.train.steplog import StepLog
+
+    step_log = StepLog(out, config.steps, method, quiet=quiet, console=err_console) if main_process else _NoLog()
+    with step_log as log:
+        result = module.run(config, log)
+    if not main_process:
+        return
+    specs = {"policy": result} if isinstance(result, str) else dict(result)
+    console.print(f"trained: {method}, log {out / 'train_log.jsonl'}", highlight=False)
+    for role, spec in specs.items():
+        console.print(f"  {role}: {spec}", highlight=False, soft_wrap=True)
+    console.print("try it in cross-play against the held-out panel:", highlight=False)
+    for line in _try_commands(config.domain, specs):
+        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _main_process() -> bool:
+    """False in the processes after the first under `accelerate launch` (or torchrun), which set RANK."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+class _NoLog:
+    """The log of a process other than the first under accelerate: the first one writes."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def log(self, step: int, **metrics) -> None:
+        return None
+
+
+def _try_commands(domain: str, specs: dict[str, str]) -> list[str]:
+    """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel."""
+    import shlex
+
+    from ibrl_bench.domains import get_domain
+
+    roles = get_domain(domain).roles
+    lines = []
+    for who, spec in specs.items():
+        # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them.
+        for role in [who] if who in roles else roles:
+            lines.append(f"ibrl-bench crossplay --domain {domain} --policy {shlex.quote(spec)} --role {role} "
+                         f"--panel {HELDOUT_PANELS[(domain, role)]} --scenarios 20 --out runs/{domain}-{who}-{role}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:

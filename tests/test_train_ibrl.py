@@ -1,0 +1,168 @@
+"""IB-RL (train/ibrl.py): isolation of the two roles, determinism, and checkpoints that play
+cross-play. Two LoRA adapters on one tiny random model, as the GPU recipe runs them.
+
+A random model never reaches a deal, so every reward would be 0 and every advantage 0. The
+tests therefore give rollouts rewards by hand, a fixed function of what each role generated,
+so that updates are real and reproducible."""
+
+import asyncio
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("accelerate")
+
+from ibrl_bench.agents.spec import build_agent  # noqa: E402
+from ibrl_bench.domains import get_domain  # noqa: E402
+from ibrl_bench.models.loading import load_model, resolve_source  # noqa: E402
+from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
+from ibrl_bench.train import ibrl, unilateral  # noqa: E402
+from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # noqa: E402
+from ibrl_bench.train.losses import grpo_loss  # noqa: E402
+from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
+from ibrl_bench.train.rollout import collect, policy_agent  # noqa: E402
+from ibrl_bench.train.samples import collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
+
+GAME = get_domain("dealnodeal")
+SCENARIOS = list(GAME.scenario_set("train", 1).scenarios)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
+
+
+def config(base, tmp_path, **over):
+    fields = dict(model=ModelOptions(model=str(base), lora=LoraOptions(r=4), device="cpu"), out=str(tmp_path / "out"),
+                  steps=1, scenarios_per_step=1, group_size=2, max_new_tokens=8, max_turns=2, lr=1e-2,
+                  kl_coef=0.1, micro_batch_size=4, max_length=96)  # keeps a CPU step to about a second
+    fields.update(over)
+    return IBRLConfig(**fields)
+
+
+def hand_rewards(groups, b_offset=0.0):
+    """a's reward: how many ids a generated in the episode, mod 5; b's: a different function, plus
+    `b_offset` per rollout index (to change b's rewards and nothing else)."""
+    for group in groups:
+        for i, r in enumerate(group.rollouts):
+            a = float(sum(len(s.completion_ids) for s in r.samples.get("a", [])) % 5) + i
+            b = float(sum(s.completion_ids[0] for s in r.samples.get("b", [])) % 7) + b_offset * (i + 1) + i
+            r.outcome = r.outcome.model_copy(update={"rewards": {"a": a, "b": b}})
+    return groups
+
+
+def rollouts(cfg, seed=0):
+    policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)
+    lock = threading.Lock()
+    agents = {r: policy_agent(p, GAME, cfg.temperature, cfg.max_new_tokens, 16, lock) for r, p in policies.items()}
+    return collect(GAME, SCENARIOS, agents, cfg.group_size, seed, 1, ["a", "b"], cfg.max_turns)
+
+
+def trained(cfg, groups, order=("a", "b")):
+    """Fresh policies after one IB-RL update on `groups`; the LoRA weights of each role."""
+    policies = load_policies(cfg.model, list(order), cfg.lr, reference=True)
+    update_all(policies, groups, cfg, make_accelerator(cfg))
+    return policies, {role: [p.detach().clone() for p in pol.parameters()] for role, pol in policies.items()}
+
+
+def copy_groups(groups):
+    import copy
+
+    return copy.deepcopy(groups)
+
+
+@pytest.mark.slow
+def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path):
+    cfg = config(base, tmp_path)
+    groups = hand_rewards(rollouts(cfg))
+    other = hand_rewards(copy_groups(groups), b_offset=3.5)
+    assert [g.rewards("b") for g in groups] != [g.rewards("b") for g in other]
+    _, first = trained(cfg, groups)
+    _, second = trained(cfg, other)
+    _, reversed_order = trained(cfg, other, order=("b", "a"))  # b updated before a: no matter
+    initial = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)["a"].parameters()
+    assert any(not torch.equal(p, q) for p, q in zip(first["a"], initial)), "a was updated"
+    assert all(torch.equal(p, q) for p, q in zip(first["a"], second["a"]))
+    assert all(torch.equal(p, q) for p, q in zip(first["a"], reversed_order["a"]))
+    assert any(not torch.equal(p, q) for p, q in zip(first["b"], second["b"]))
+
+
+class KeepLogits:
+    """Calls the model and keeps its logits' gradient, to see where a loss reaches."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, **inputs):
+        out = self.model(**inputs)
+        out.logits.retain_grad()
+        self.logits = out.logits
+        return out
+
+
+def test_a_loss_has_no_gradient_at_b_tokens_nor_on_b_adapter(base, tmp_path):
+    cfg = config(base, tmp_path)
+    groups = rollouts(cfg)
+    policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
+    a, b = policies["a"], policies["b"]
+    sample = groups[0].rollouts[0].samples["a"][-1]  # a's last move: b's messages are in its prompt
+    batch = collate([sample], pad_id=a.tokenizer.pad_token_id)
+    p = len(sample.prompt_ids)
+    with a.reference() as reference:
+        ref = token_logprobs(reference, batch, cfg.temperature)
+    with a.active() as model:
+        spy = KeepLogits(model)
+        logprobs, _ = token_logprobs_and_entropy(spy, batch, cfg.temperature)
+        loss, _ = grpo_loss(logprobs, batch.old_logprobs, ref, torch.tensor([1.0]), batch.action_mask, cfg.grpo())
+        loss.backward()
+    grad = spy.logits.grad[0]  # [T, V]; row t predicts token t + 1
+    # Rows 0 .. p-2 predict prompt tokens (system text, b's messages, template): no gradient.
+    assert grad[: p - 1].abs().max().item() == 0.0
+    assert grad[p - 1:].abs().max().item() > 0.0
+    assert all(x.grad is None or not x.grad.any() for x in b.parameters())
+    assert any(x.grad is not None and x.grad.any() for x in a.parameters())
+
+
+def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(base, tmp_path):
+    cfg = config(base, tmp_path)
+    policies, _ = trained(cfg, hand_rewards(rollouts(cfg)))
+    spec = policies["a"].save(tmp_path / "ckpt-a")
+    assert spec == f"hf:{base.resolve()}?adapter={(tmp_path / 'ckpt-a').resolve()}"
+    loaded = load_model(resolve_source(str(base)), str(tmp_path / "ckpt-a"), "cpu")
+    ids = torch.tensor([[5, 17, 42, 9, 3]])
+    with policies["a"].active() as live, torch.no_grad():
+        assert torch.allclose(live(input_ids=ids).logits, loaded.model(input_ids=ids).logits, atol=1e-6)
+    # b's adapter is another policy.
+    with policies["b"].active() as live_b, torch.no_grad():
+        assert not torch.allclose(live_b(input_ids=ids).logits, loaded.model(input_ids=ids).logits, atol=1e-4)
+    run_spec = f"{spec}&max_new_tokens=8"
+    runner = Crossplay(CrossplayConfig(policies=[run_spec], counterparts=["scripted:dealnodeal/conceder"],
+                                       scenarios=1, concurrency=2, retries=0), tmp_path / "run")
+    progress = asyncio.run(runner.run())
+    assert progress.done == 2 and progress.errors == 0  # both roles against the counterpart
+
+
+@pytest.mark.slow
+def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout(base, tmp_path, monkeypatch):
+    calls = []
+
+    def collect_with_rewards(*args, **kwargs):
+        calls.append(kwargs.get("traced", args[6] if len(args) > 6 else None))
+        return hand_rewards(collect(*args, **kwargs))
+
+    monkeypatch.setattr(ibrl, "collect", collect_with_rewards)
+
+    def weights(out_dir, **over):
+        specs = ibrl.run(config(base, tmp_path, out=str(out_dir), **over))
+        return {role: (out_dir / f"checkpoint-{role}" / "adapter_model.safetensors").read_bytes() for role in specs}
+
+    first = weights(tmp_path / "one")
+    assert weights(tmp_path / "two") == first
+    assert weights(tmp_path / "three", seed=1) != first
+    ucfg = unilateral.UnilateralConfig(**config(base, tmp_path, out=str(tmp_path / "uni")).model_dump(),
+                                       role="b", counterpart="scripted:dealnodeal/boulware")
+    assert list(unilateral.run(ucfg)) == ["b"]
+    assert calls == [["a", "b"]] * 3 + [["b"]]  # IB-RL and unilateral: the same rollout function

@@ -37,7 +37,7 @@ import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,12 +74,12 @@ class IBRLConfig(BaseModel):
     clip_eps: float = Field(0.2, gt=0)
     kl_coef: float = Field(0.04, ge=0)  # 0: no reference model, no reference forward
     scale_rewards: bool = True  # False: advantages are centred, not divided by the group std
-    averaging: str = Field("sequence", pattern="^(sequence|token)$")
+    averaging: Literal["sequence", "token"] = "sequence"  # per-move token mean (the paper) or all tokens
     updates_per_step: int = Field(1, ge=1)  # optimizer steps on one rollout batch (>1: the clip acts)
     micro_batch_size: int = Field(8, ge=1)  # samples per forward/backward
     max_length: int | None = Field(None, ge=16)  # truncate samples (prompt from the left) to this
     max_grad_norm: float | None = Field(1.0, gt=0)
-    mixed_precision: str = Field("no", pattern="^(no|bf16|fp16)$")
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     seed: int = 0
 
     def grpo(self) -> GRPOOptions:
@@ -171,7 +171,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     total_tokens = float(sum(b.action_mask.sum() for b in batches))
     refs: list[Any] = [None] * len(batches)
     if options.kl_coef > 0:  # kl_coef == 0: no reference forward at all
-        with policy.reference() as reference:
+        with policy.reference() as reference, accelerator.autocast():
             refs = [token_logprobs(reference, b, config.temperature) for b in batches]
     totals: dict[str, float] = {}
     with policy.active() as model:

@@ -560,13 +560,15 @@ def train(method, recipe, quiet, overrides) -> None:
 
     module, config_class = trainer(method)
     config = load_recipe(recipe, config_class, list(overrides), method=method)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
     out = Path(config.out)
     main_process = _main_process()
     if main_process:
         out.mkdir(parents=True, exist_ok=True)
         resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-        err_console.print(f"[dim]{method}: {recipe} -> {out} (resolved recipe: {out / 'recipe.yaml'})[/dim]")
     from ibrl_bench.train.steplog import StepLog
 
     step_log = StepLog(out, config.steps, method, quiet=quiet, console=err_console) if main_process else _NoLog()
@@ -575,11 +577,12 @@ def train(method, recipe, quiet, overrides) -> None:
     if not main_process:
         return
     specs = {"policy": result} if isinstance(result, str) else dict(result)
-    console.print(f"trained: {method}, log {out / 'train_log.jsonl'}", highlight=False)
+    console.print(f"trained: {method} from {recipe}; log {out / 'train_log.jsonl'}, "
+                  f"resolved recipe {out / 'recipe.yaml'}", highlight=False, soft_wrap=True)
     for role, spec in specs.items():
         console.print(f"  {role}: {spec}", highlight=False, soft_wrap=True)
     console.print("try it in cross-play against the held-out panel:", highlight=False)
-    for line in _try_commands(config.domain, specs):
+    for line in _try_commands(config.domain, method, specs):
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
 
 
@@ -601,7 +604,7 @@ class _NoLog:
         return None
 
 
-def _try_commands(domain: str, specs: dict[str, str]) -> list[str]:
+def _try_commands(domain: str, method: str, specs: dict[str, str]) -> list[str]:
     """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel."""
     import shlex
 
@@ -610,10 +613,17 @@ def _try_commands(domain: str, specs: dict[str, str]) -> list[str]:
     roles = get_domain(domain).roles
     lines = []
     for who, spec in specs.items():
-        # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them.
-        for role in [who] if who in roles else roles:
-            lines.append(f"ibrl-bench crossplay --domain {domain} --policy {shlex.quote(spec)} --role {role} "
-                         f"--panel {HELDOUT_PANELS[(domain, role)]} --scenarios 20 --out runs/{domain}-{who}-{role}")
+        # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them,
+        # in one command where every role meets the same panel (Deal-or-NoDeal).
+        played = [who] if who in roles else list(roles)
+        panels = {HELDOUT_PANELS[(domain, role)] for role in played}
+        seats = [(None, panels.pop())] if len(panels) == 1 and len(played) > 1 else \
+            [(role, HELDOUT_PANELS[(domain, role)]) for role in played]
+        for role, panel in seats:
+            role_flag = f" --role {role}" if role else ""
+            lines.append(f"ibrl-bench crossplay --domain {domain} --policy {shlex.quote(spec)}{role_flag} "
+                         f"--panel {panel} --scenarios 20 --out runs/{domain}-{method}-{who}"
+                         + (f"-{role}" if role and role != who else ""))
     return lines
 
 

@@ -200,12 +200,8 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
 
 def _episodes(folder: str, domain: Domain, counts: Counter):
     """(record, scenario, max_turns) for every finished episode of a run folder of `domain`."""
-    from ibrl_bench.runs import Run
-
-    run = Run(folder)
+    run = _open_run(folder, domain.name)
     manifest = run.manifest
-    if manifest.domain != domain.name:
-        raise UserError(f"{folder} is a {manifest.domain} run; this recipe trains {domain.name}")
     config = manifest.config
     if config.get("contexts_file"):
         from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
@@ -221,6 +217,15 @@ def _episodes(folder: str, domain: Domain, counts: Counter):
             counts["scenario not found or changed (skipped)"] += 1
             continue
         yield record, scenario, max_turns
+
+
+def _open_run(folder: str, domain: str) -> Any:
+    from ibrl_bench.runs import Run
+
+    run = Run(folder)
+    if run.manifest.domain != domain:
+        raise UserError(f"{folder} is a {run.manifest.domain} run; this recipe trains {domain}")
+    return run
 
 
 def _hash_share(key: str) -> float:
@@ -277,6 +282,8 @@ def run(config: SFTConfig, log_: Any) -> str:
     from ibrl_bench.train.samples import collate
 
     out = Path(config.out)
+    for folder in config.transcripts:
+        _open_run(folder, config.domain)  # a wrong folder fails now, not after the model is built
     accelerator = Accelerator(mixed_precision=config.mixed_precision)
     torch.manual_seed(config.seed)
     model_options = config.model or _build_from_scratch(config.from_scratch, out, accelerator)

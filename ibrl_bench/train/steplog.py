@@ -90,6 +90,8 @@ class StepLog:
         return record
 
     def __exit__(self, *exc) -> None:
+        if self.last_step is None and self._task is not None:
+            self._progress.remove_task(self._task)  # nothing trained: leave no empty bar behind an error
         self._progress.stop()
         if self._file is not None:
             self._file.close()

@@ -166,3 +166,63 @@ def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout
                                        role="b", counterpart="scripted:dealnodeal/boulware")
     assert list(unilateral.run(ucfg)) == ["b"]
     assert calls == [["a", "b"]] * 3 + [["b"]]  # IB-RL and unilateral: the same rollout function
+
+
+WORKER = '''
+import hashlib, json, os, sys
+from ibrl_bench.train import ibrl
+from ibrl_bench.train.policy import LoraOptions, ModelOptions
+
+base, out = sys.argv[1], sys.argv[2]
+collect, update_all, seen = ibrl.collect, ibrl.update_all, {}
+
+def collect_with_rewards(*args, **kwargs):  # rewards that differ between rollouts, by hand
+    groups = collect(*args, **kwargs)
+    for g in groups:
+        for i, r in enumerate(g.rollouts):
+            n = sum(len(s.completion_ids) for s in r.samples["a"]) + i
+            r.outcome = r.outcome.model_copy(update={"rewards": {"a": float(n % 5), "b": float(n % 3)}})
+    return groups
+
+def update_and_record(policies, groups, config, accelerator):
+    metrics = update_all(policies, groups, config, accelerator)
+    seen["scenarios"] = [g.scenario.id for g in groups]
+    seen["weights"] = {role: hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in pol.parameters())).hexdigest()
+                       for role, pol in policies.items()}
+    return metrics
+
+ibrl.collect, ibrl.update_all = collect_with_rewards, update_and_record
+config = ibrl.IBRLConfig(model=ModelOptions(model=base, lora=LoraOptions(r=4), device="cpu"), out=out, steps=1,
+                         scenarios_per_step=2, group_size=2, max_new_tokens=8, max_turns=2, lr=1e-2, max_length=96)
+seen["specs"] = ibrl.run(config)
+with open(os.path.join(out, f"rank-{os.environ['RANK']}.json"), "w") as f:
+    json.dump(seen, f)
+'''
+
+
+@pytest.mark.slow
+def test_two_processes_play_their_own_groups_and_keep_one_set_of_weights(base, tmp_path):
+    """DDP through accelerate, on the CPU (gloo): what `accelerate launch --multi_gpu` runs."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(base), str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(2)]
+    # Whole groups per process: each played one of the step's two scenarios.
+    assert len(ranks[0]["scenarios"]) == len(ranks[1]["scenarios"]) == 1
+    assert ranks[0]["scenarios"] != ranks[1]["scenarios"]
+    # Different data, averaged gradients: the same weights on both processes afterwards.
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    assert set(ranks[0]["specs"]) == {"a", "b"} and ranks[1]["specs"] == {}  # the main process saves

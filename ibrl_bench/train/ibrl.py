@@ -42,6 +42,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
+from ibrl_bench.errors import UserError
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, load_policies
 from ibrl_bench.train.rollout import Group, collect, policy_agent, shard, step_scenarios
@@ -111,13 +112,17 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
 def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
           policies: dict[Role, Policy], agents: dict[Role, Any], log: StepLogger | None) -> None:
     """The loop of both trainers: joint rollouts, then one isolated update per trainable role."""
+    if config.scenarios_per_step % accelerator.num_processes:
+        # Every process must hold whole groups and take part in every backward (DDP waits for all).
+        raise UserError(f"scenarios_per_step={config.scenarios_per_step} does not split evenly over "
+                        f"{accelerator.num_processes} processes; make it a multiple of the process count")
     for step in range(1, config.steps + 1):
         started = time.perf_counter()
         step_set = step_scenarios(scenarios, step, config.scenarios_per_step, config.seed)
         mine = shard(step_set, accelerator.process_index, accelerator.num_processes)
         groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies), config.max_turns)
         rolled = time.perf_counter()
-        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles)}
+        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
@@ -201,9 +206,15 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     return totals
 
 
-def mean_rewards(groups: list[Group], roles: tuple[Role, ...]) -> dict[Role, float]:
+def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:
+    """Each role's mean reward over the step's rollouts, on all processes (equal shares each)."""
+    import torch
+
     rollouts = [r for g in groups for r in g.rollouts]
-    return {role: sum(r.reward(role) for r in rollouts) / max(len(rollouts), 1) for role in roles}
+    local = torch.tensor([sum(r.reward(role) for r in rollouts) / max(len(rollouts), 1) for role in roles],
+                         device=accelerator.device)
+    overall = accelerator.reduce(local, reduction="mean") if accelerator.num_processes > 1 else local
+    return dict(zip(roles, overall.tolist()))
 
 
 def make_agent(policy: Policy, domain: Domain, config: IBRLConfig, lock: threading.Lock) -> Any:
@@ -221,7 +232,19 @@ def make_accelerator(config: IBRLConfig) -> Any:
 
 
 def prepare(accelerator: Any, policies: dict[Role, Policy]) -> None:
-    """Hand models and optimizers to accelerate (one wrap per distinct model)."""
+    """Hand models and optimizers to accelerate (one wrap per distinct model).
+
+    Supported: one process (CPU or GPU) and data parallelism (DDP: `accelerate launch
+    --multi_gpu`), where every process holds the whole model, generates with it and averages
+    gradients. FSDP and DeepSpeed are refused: generating from sharded parameters needs them
+    gathered around every `generate`, and DeepSpeed binds one optimizer to a model, while IB-RL on
+    a shared base has one per role; neither is written here.
+    """
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise UserError(f"the RL trainers run on one device or with DDP (accelerate launch --multi_gpu), "
+                        f"not {accelerator.distributed_type.value}; use a multi-GPU config without FSDP/DeepSpeed")
     prepared: dict[int, Any] = {}
     for policy in policies.values():
         key = id(policy.model)

@@ -24,7 +24,7 @@ from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # no
 from ibrl_bench.train.losses import grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agent  # noqa: E402
-from ibrl_bench.train.samples import collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
+from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
 
 GAME = get_domain("dealnodeal")
 SCENARIOS = list(GAME.scenario_set("train", 1).scenarios)
@@ -124,6 +124,22 @@ def test_a_loss_has_no_gradient_at_b_tokens_nor_on_b_adapter(base, tmp_path):
     assert grad[p - 1:].abs().max().item() > 0.0
     assert all(x.grad is None or not x.grad.any() for x in b.parameters())
     assert any(x.grad is not None and x.grad.any() for x in a.parameters())
+
+
+def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_off(base):
+    grads = []
+    for checkpointing in (False, True):
+        options = ModelOptions(model=str(base), lora=LoraOptions(r=4, dropout=0.5), device="cpu",
+                               gradient_checkpointing=checkpointing)
+        policy = load_policies(options, ["a", "b"], lr=1e-3, reference=False)["a"]
+        batch = collate([Sample(list(range(5, 40)), [50, 51, 52], [-1.0] * 3)], pad_id=0)
+        with policy.active() as model:
+            first, second = token_logprobs(model, batch), token_logprobs(model, batch)
+            assert torch.equal(first, second)  # no dropout, even in training mode with lora dropout 0.5
+            (first * batch.action_mask).sum().backward()
+        assert model.training == checkpointing  # transformers checkpoints only in training mode
+        grads.append([p.grad.clone() for p in policy.parameters()])
+    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
 
 
 def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(base, tmp_path):

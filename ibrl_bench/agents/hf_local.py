@@ -159,17 +159,19 @@ def sampled_logprobs(logits: tuple[Any, ...], tokens: Any, params: GenerationPar
     `logits`: per step, the model's raw logits [batch, vocab]; `tokens`: [batch, steps]. Sampling
     draws from softmax(top_p(logits / temperature)) (SeededSampling below), so that is what is
     scored; a greedy move (temperature 0) is scored under the model's own distribution (T = 1).
-    Returns float32 [batch, steps] on the CPU.
+    One step at a time, so that no [batch, steps, vocab] float32 tensor is ever built. Returns
+    float32 [batch, steps] on the CPU.
     """
-    scores = torch.stack(logits, dim=1).float()  # [batch, steps, vocab]
-    if params.temperature > 0:
-        scores = scores / params.temperature
-        if params.top_p < 1.0:
-            flat = scores.reshape(-1, scores.shape[-1])
-            scores = TopPLogitsWarper(params.top_p)(None, flat).reshape(scores.shape)
-    picked = torch.log_softmax(scores, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return picked.cpu()
-
+    picked = []
+    for step, scores in enumerate(logits):
+        scores = scores.float()  # [batch, vocab]
+        if params.temperature > 0:
+            scores = scores / params.temperature
+            if params.top_p < 1.0:
+                scores = TopPLogitsWarper(params.top_p)(None, scores)
+        chosen = tokens[:, step].unsqueeze(-1)  # [batch, 1]
+        picked.append(torch.log_softmax(scores, dim=-1).gather(-1, chosen).squeeze(-1))
+    return torch.stack(picked, dim=1).cpu()
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -100,8 +100,8 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     domain = get_domain(config.domain)
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
     seed_everything(config.seed)
-    policies = load_policies(config.model, list(domain.roles), config.lr, reference=config.kl_coef > 0,
-                             weight_decay=config.weight_decay)
+    policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
+                             reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     prepare(accelerator, policies)
     lock = threading.Lock()  # one model may serve both roles; see rollout.policy_agent
     agents = {role: make_agent(p, domain, config, lock) for role, p in policies.items()}
@@ -229,6 +229,11 @@ def make_accelerator(config: IBRLConfig) -> Any:
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
     cpu = config.model.device == "cpu"
     return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, kwargs_handlers=[ddp])
+
+
+def on_device(options: ModelOptions, accelerator: Any) -> ModelOptions:
+    """Load straight onto this process's device (cuda:RANK), not every process onto cuda:0."""
+    return options.model_copy(update={"device": str(accelerator.device)})
 
 
 def prepare(accelerator: Any, policies: dict[Role, Policy]) -> None:

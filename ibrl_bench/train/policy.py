@@ -21,6 +21,8 @@ Two policies (IB-RL's two roles) come from `load_policies(options, ["a", "b"], l
 Models are loaded through models/loading.py (folders, .gguf, package:NAME, the local HF cache; an
 `?adapter=` on the model spec warm-starts from that adapter). Dropout stays off (eval mode) during
 training: the importance ratio must compare the policy with itself, not with a noisy copy of it.
+(With gradient checkpointing, which transformers runs only in training mode, the model is put in
+training mode with every dropout probability set to 0.)
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ class LoraOptions(BaseModel):
 
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.0, ge=0, lt=1)  # 0 by default: see the module docstring on dropout
+    # Written into the adapter's config; the trainers here run dropout-free whatever it says (the
+    # module docstring says why), so it matters only to whoever trains the adapter further.
+    dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"
 
 
@@ -56,7 +60,7 @@ class ModelOptions(BaseModel):
     lora: LoraOptions | None = None  # None: every weight is trained
     shared_base: bool = True  # with LoRA and several policies: one base, one adapter per policy
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    device: str = "auto"  # ignored under accelerate, which places the model itself
+    device: str = "auto"  # the RL trainers replace it with accelerate's device for this process
     gradient_checkpointing: bool = False  # trade compute for memory on large models
 
 
@@ -211,11 +215,30 @@ def _adapter_name(role: str) -> str:
 
 
 def _prepare_for_training(model: Any, options: ModelOptions) -> None:
-    model.eval()  # no dropout: see the module docstring
-    if options.gradient_checkpointing:
+    if not options.gradient_checkpointing:
+        model.eval()  # no dropout: see the module docstring
+        return
+    # transformers checkpoints layers only in training mode, so the model goes to training mode
+    # with every dropout set to 0: the forward stays the deterministic one the sampler used.
+    _zero_dropout(model)
+    model.train()
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()  # frozen embeddings would otherwise cut the graph
+
+
+def _zero_dropout(model: Any) -> None:
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name in ("attention_dropout", "dropout"):  # attention layers keep a float of their own
+            if isinstance(getattr(module, name, None), float):
+                setattr(module, name, 0.0)
 
 
 def _parse_model(model: str) -> tuple[str, dict[str, Any]]:

@@ -105,7 +105,9 @@ def token_logprobs_and_entropy(model: Any, batch: Batch, temperature: float = 1.
     (column 0 = 0; no grad: a statistic), or None when `entropy` is False."""
     import torch
 
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    # No KV cache: nothing is generated here, and the cache would only hold memory.
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = batch.input_ids[:, 1:].unsqueeze(-1)

@@ -25,6 +25,7 @@ from ibrl_bench.train.ibrl import (
     StepLogger,
     make_accelerator,
     make_agent,
+    on_device,
     prepare,
     save,
     seed_everything,
@@ -51,8 +52,8 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     accelerator = make_accelerator(config)
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
     seed_everything(config.seed)
-    policies = load_policies(config.model, [config.role], config.lr, reference=config.kl_coef > 0,
-                             weight_decay=config.weight_decay)
+    policies = load_policies(on_device(config.model, accelerator), [config.role], config.lr,
+                             reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     prepare(accelerator, policies)
     agents: dict[Role, Any] = {
         config.role: make_agent(policies[config.role], domain, config, threading.Lock()),

@@ -131,3 +131,35 @@ def test_scenarios_walk_the_split_and_processes_get_whole_groups():
     parts = [shard(chosen, i, 2) for i in range(2)]
     assert sorted(s.id for part in parts for s in part) == sorted(s.id for s in chosen)
     assert not set(s.id for s in parts[0]) & set(s.id for s in parts[1])
+
+
+def test_with_pad_equal_to_eos_a_row_that_stops_early_keeps_only_its_own_tokens(setup):
+    from ibrl_bench.agents.generation import GenRequest
+    from ibrl_bench.agents.hf_local import HFAgent, HFParams
+    from ibrl_bench.models.loading import load_model, resolve_source
+
+    base = setup[0]
+    loaded = load_model(resolve_source(str(base)), device="cpu")
+    tok = loaded.tokenizer
+    tok.pad_token = tok.eos_token  # pad == eos: finished rows are filled with eos
+    agent = HFAgent(loaded.model, tok, HFParams(temperature=1.0, max_new_tokens=10), GAME, loaded.max_positions,
+                    trace=True)
+    requests = []
+    for i, scenario in enumerate(SCENARIOS):
+        state = GAME.start(scenario, 0)
+        requests.append(GenRequest(messages=GAME.chat_messages(GAME.observe(state, state.speaker)), seed=100 + i))
+    first = agent.generate_batch(requests)
+    # Make row 0's first token a stop token: same seeds, so row 0 now stops after one token while
+    # the others go on, and generate pads row 0 with eos for the rest of the batch.
+    stop = first[0].trace.completion_ids[0]
+    agent.eos_ids = agent.eos_ids + [stop]
+    again = agent.generate_batch(requests)
+    assert again[0].trace.completion_ids == [stop]
+    assert again[0].trace.logprobs == pytest.approx(first[0].trace.logprobs[:1])
+    assert max(len(r.trace.completion_ids) for r in again) > 1
+    for r in again:
+        ids, lps = r.trace.completion_ids, r.trace.logprobs
+        assert len(lps) == len(ids) == r.completion_tokens
+        assert all(t not in agent.eos_ids for t in ids[:-1])  # stops at its first stop token
+        assert tok.decode(ids, skip_special_tokens=True).strip() == r.text
+        assert all(lp <= 0 for lp in lps)

@@ -70,6 +70,8 @@ def test_a_role_the_domain_does_not_have_is_one_line(base, tmp_path):
 def test_the_config_refuses_unknown_and_missing_keys(base, tmp_path):
     with pytest.raises(ValidationError, match="group_sise"):
         config(base, tmp_path, group_sise=4)
+    with pytest.raises(ValidationError, match="test split is held out"):
+        config(base, tmp_path, split="test")
     fields = config(base, tmp_path).model_dump()
     del fields["counterpart"]
     with pytest.raises(ValidationError, match="counterpart"):

@@ -39,7 +39,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
@@ -58,7 +58,7 @@ class IBRLConfig(BaseModel):
 
     model: ModelOptions  # what both roles start from (an hf: model; LoRA or full fine-tuning)
     domain: str = "dealnodeal"
-    split: str = "train"  # scenarios to train on; never the test split of the leaderboard
+    split: str = "train"  # scenarios to train on (train or dev; the test split is held out)
     scenario_limit: int | None = Field(None, ge=1)  # use only the first N scenarios of the split
     out: str  # output folder: one checkpoint folder per role, train_log.jsonl
     # Rollouts.
@@ -82,6 +82,13 @@ class IBRLConfig(BaseModel):
     max_grad_norm: float | None = Field(1.0, gt=0)
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     seed: int = 0
+
+    @field_validator("split")
+    @classmethod
+    def _not_test(cls, v: str) -> str:
+        if v == "test":
+            raise ValueError("the test split is held out for evaluation and the leaderboard; train on train (or dev)")
+        return v
 
     def grpo(self) -> GRPOOptions:
         return GRPOOptions(clip_eps=self.clip_eps, kl_coef=self.kl_coef, scale_rewards=self.scale_rewards,
@@ -202,7 +209,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
             policy.optimizer.step()
     for key in ("kl", "clip_frac", "ratio", "entropy"):
         totals[key] /= config.updates_per_step
-    totals["tokens"] = total_tokens * config.updates_per_step
+    totals["tokens"] = total_tokens  # distinct tokens trained on, however many updates reuse them
     return totals
 
 

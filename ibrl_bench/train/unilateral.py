@@ -57,7 +57,18 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     prepare(accelerator, policies)
     agents: dict[Role, Any] = {
         config.role: make_agent(policies[config.role], domain, config, threading.Lock()),
-        domain.other(config.role): build_agent(config.counterpart, config.domain),
+        domain.other(config.role): build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain),
     }
     train(config, accelerator, domain, scenarios, policies, agents, log)
     return save(accelerator, policies, config.out)
+
+
+def counterpart_on_device(spec: str, accelerator: Any) -> str:
+    """A frozen hf: counterpart goes on this process's GPU unless its spec names a device
+    (`device=auto` would put every process's copy on cuda:0)."""
+    from ibrl_bench.agents.spec import parse_spec
+
+    parsed = parse_spec(spec)
+    if parsed.kind != "hf" or "device" in parsed.params or accelerator.device.type != "cuda":
+        return spec
+    return f"{spec}{'&' if '?' in spec else '?'}device={accelerator.device}"

@@ -177,3 +177,23 @@ def test_a_few_steps_of_imitation_lower_the_heldout_loss(runs, tmp_path):
     assert [r["step"] for r in read_log(cfg.out)] == list(range(1, 9))
     assert spec == f"hf:{(tmp_path / 'sft' / 'checkpoint').resolve()}"
     assert (tmp_path / "sft" / "checkpoint" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_same_seed_trains_the_same_weights(runs, tmp_path):
+    from safetensors.torch import load_file
+
+    def train(name):
+        cfg = SFTConfig(domain="dealnodeal", transcripts=[str(runs["dealnodeal"])], out=str(tmp_path / name),
+                        from_scratch={"shape": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}},
+                        steps=3, batch_size=4, lr=1e-2, max_length=256, seed=7)
+        with StepLog(cfg.out, cfg.steps, "sft", quiet=True) as log:
+            run(cfg, log)
+        weights = load_file(tmp_path / name / "checkpoint" / "model.safetensors")
+        return [r["loss"] for r in read_log(cfg.out)], weights
+
+    losses_1, weights_1 = train("one")
+    losses_2, weights_2 = train("two")
+    assert losses_1 == losses_2
+    assert weights_1.keys() == weights_2.keys()
+    assert all(torch.equal(weights_1[k], weights_2[k]) for k in weights_1)

@@ -301,10 +301,12 @@ def run(config: SFTConfig, log_: Any) -> str:
 
     order = _Shuffler(len(data.train), config.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
+    if config.batch_size < world:
+        raise UserError(f"batch_size={config.batch_size} is smaller than the {world} processes; raise it to at least {world}")
     start = time.perf_counter()
     for step in range(1, config.steps + 1):
-        # The same global batch on every process (same seed); each process takes its share.
-        indices = order.take(config.batch_size)[rank::world] or order.take(1)
+        # Every process draws the same global batch (same seed, same order) and takes its share.
+        indices = order.take(config.batch_size)[rank::world]
         batch = _to(collate([data.train[i] for i in indices], pad_id, config.max_length), device)
         tick = time.perf_counter()
         with policy.active(), accelerator.autocast():

@@ -14,7 +14,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
-from ibrl_bench.agents.spec import build_agent  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.models.loading import load_model, resolve_source  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
@@ -75,8 +74,11 @@ def copy_groups(groups):
 
 
 @pytest.mark.slow
-def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path):
+@pytest.mark.parametrize("lora", [True, False], ids=["two-adapters-one-base", "two-models"])
+def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path, lora):
     cfg = config(base, tmp_path)
+    if not lora:
+        cfg = cfg.model_copy(update={"model": ModelOptions(model=str(base), device="cpu")})
     groups = hand_rewards(rollouts(cfg))
     other = hand_rewards(copy_groups(groups), b_offset=3.5)
     assert [g.rewards("b") for g in groups] != [g.rewards("b") for g in other]

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
-from ibrl_bench.train.policy import ModelOptions, Policy, load_policies
+from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
 from ibrl_bench.train.rollout import Group, collect, policy_agent, shard, step_scenarios
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
 
@@ -109,6 +109,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     seed_everything(config.seed)
     policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
+    logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
     lock = threading.Lock()  # one model may serve both roles; see rollout.policy_agent
     agents = {role: make_agent(p, domain, config, lock) for role, p in policies.items()}

@@ -13,6 +13,7 @@ coevolving.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -31,7 +32,9 @@ from ibrl_bench.train.ibrl import (
     seed_everything,
     train,
 )
-from ibrl_bench.train.policy import load_policies
+from ibrl_bench.train.policy import describe, load_policies
+
+logger = logging.getLogger(__name__)
 
 
 class UnilateralConfig(IBRLConfig):
@@ -54,6 +57,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     seed_everything(config.seed)
     policies = load_policies(on_device(config.model, accelerator), [config.role], config.lr,
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
+    logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
     agents: dict[Role, Any] = {
         config.role: make_agent(policies[config.role], domain, config, threading.Lock()),

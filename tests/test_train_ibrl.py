@@ -92,6 +92,22 @@ def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path, lora):
     assert any(not torch.equal(p, q) for p, q in zip(first["b"], second["b"]))
 
 
+def test_samples_cut_by_max_length_get_pi_old_on_the_cut_input(base, tmp_path):
+    cfg = config(base, tmp_path, max_length=64)  # every prompt here is longer
+    groups = hand_rewards(rollouts(cfg))
+    policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
+    sample = groups[0].rollouts[0].samples["a"][0]
+    with policies["a"].active() as model, torch.no_grad():
+        cut = collate([sample], pad_id=0, max_length=64)
+        on_cut_input = token_logprobs(model, cut, cfg.temperature)[cut.action_mask.bool()]
+    # The sampler saw the whole prompt: its values differ from the policy's on the cut input.
+    assert not torch.allclose(on_cut_input, cut.old_logprobs[cut.action_mask.bool()], atol=1e-2)
+    metrics = update_all(policies, groups, cfg, make_accelerator(cfg))
+    for role in ("a", "b"):
+        assert metrics["truncated"][role] == 1.0
+        assert metrics["ratio"][role] == pytest.approx(1.0, abs=1e-5)  # the update compares like with like
+
+
 class KeepLogits:
     """Calls the model and keeps its logits' gradient, to see where a loss reaches."""
 

@@ -188,6 +188,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
             refs = [token_logprobs(reference, b, config.temperature) for b in batches]
     totals: dict[str, float] = {}
     with policy.active() as model:
+        truncated = old_logprobs_where_truncated(model, samples, chunks, batches, config, accelerator)
         for _ in range(config.updates_per_step):
             policy.optimizer.zero_grad(set_to_none=True)
             for k, (batch, a, ref) in enumerate(zip(batches, adv, refs)):
@@ -211,7 +212,34 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     for key in ("kl", "clip_frac", "ratio", "entropy"):
         totals[key] /= config.updates_per_step
     totals["tokens"] = total_tokens  # distinct tokens trained on, however many updates reuse them
+    totals["truncated"] = truncated / len(samples)
     return totals
+
+
+def old_logprobs_where_truncated(model: Any, samples: list[Sample], chunks: list[range], batches: list[Any],
+                                 config: IBRLConfig, accelerator: Any) -> int:
+    """pi_old for the samples that `max_length` cut; returns how many there were.
+
+    A cut sample was generated from a longer prompt than the loss now feeds the model, so the
+    log-probabilities recorded at sampling are not pi_old on this input, and their ratio would
+    measure the cut, not the update. For those rows pi_old is the policy before this update on the
+    cut input: one forward without gradient. Samples that fit keep the sampler's values.
+    """
+    import torch
+
+    if config.max_length is None:
+        return 0
+    count = 0
+    for chunk, batch in zip(chunks, batches):
+        rows = [j for j, i in enumerate(chunk)
+                if len(samples[i].prompt_ids) + len(samples[i].completion_ids) > config.max_length]
+        if not rows:
+            continue
+        count += len(rows)
+        with torch.no_grad(), accelerator.autocast():
+            recomputed = token_logprobs(model, batch, config.temperature) * batch.action_mask  # [B, T]
+        batch.old_logprobs[rows] = recomputed[rows]
+    return count
 
 
 def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:

@@ -315,10 +315,13 @@ def run(config: SFTConfig, log_: Any) -> str:
         grad_norm = accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        # The step's loss and tokens over all processes (each process's loss is its own token mean).
+        summed = accelerator.reduce(torch.stack([loss.detach() * n_tokens, n_tokens.float()]), reduction="sum")
         seconds = time.perf_counter() - tick
         if accelerator.is_main_process:
-            log_.log(step, loss=float(loss.detach()), grad_norm=float(grad_norm), tokens=int(n_tokens),
-                     tokens_per_s=float(n_tokens) / max(seconds, 1e-9), samples=len(indices))
+            tokens = float(summed[1])
+            log_.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=float(grad_norm), tokens=int(tokens),
+                     tokens_per_s=tokens / max(seconds, 1e-9), samples=config.batch_size)
 
     heldout_after = mean_loss(model, data.heldout, pad_id, config.max_length, config.batch_size, device)
     accelerator.wait_for_everyone()

@@ -160,6 +160,35 @@ def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_o
     assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
 
 
+@pytest.mark.parametrize("lora", [True, False], ids=["lora-on-top", "full"])
+def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(base, tmp_path, lora):
+    from peft import LoraConfig, get_peft_model
+
+    from ibrl_bench.models.loading import load_model, resolve_source
+
+    # A warm-start adapter with non-zero weights, as an SFT run with LoRA leaves.
+    warm = get_peft_model(load_model(resolve_source(str(base)), device="cpu").model, LoraConfig(r=2, init_lora_weights=False))
+    warm.save_pretrained(tmp_path / "warm")
+    warmed = load_model(resolve_source(str(base)), str(tmp_path / "warm"), "cpu").model
+    options = ModelOptions(model=f"hf:{base}?adapter={tmp_path / 'warm'}", device="cpu",
+                           lora=LoraOptions(r=4) if lora else None)
+    policy = load_policies(options, ["a"], lr=1e-2, reference=True)["a"]
+    ids = torch.tensor([[5, 17, 42, 9, 3]])
+    with torch.no_grad(), policy.reference() as ref:
+        assert torch.allclose(ref(input_ids=ids).logits, warmed(input_ids=ids).logits, atol=1e-5)
+    with policy.active() as model:  # one step on some loss, so the trained policy moves away
+        model(input_ids=ids).logits[0, -1, :8].sum().backward()
+        policy.optimizer.step()
+        policy.optimizer.step()
+    spec = policy.save(tmp_path / "ckpt")
+    assert spec == f"hf:{(tmp_path / 'ckpt').resolve()}"  # a whole model: the base it trained on is on no disk
+    saved = load_model(resolve_source(str(tmp_path / "ckpt")), device="cpu").model
+    with torch.no_grad(), policy.active() as model:
+        live = model(input_ids=ids).logits
+        assert torch.allclose(live, saved(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(live, warmed(input_ids=ids).logits, atol=1e-4)
+
+
 def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(base, tmp_path):
     cfg = config(base, tmp_path)
     policies, _ = trained(cfg, hand_rewards(rollouts(cfg)))

@@ -75,6 +75,7 @@ class Policy:
     adapter: str | None = None  # the PEFT adapter name when LoRA ("policy_ROLE")
     reference_model: Any | None = None  # frozen copy (full fine-tuning only); LoRA uses the base
     _trainable: list[Any] = field(default_factory=list)
+    warm_adapter: str | None = None  # the adapter merged into the base at load (?adapter= of the model)
 
     def parameters(self) -> list[Any]:
         """The tensors this policy's optimizer updates (and nothing else)."""
@@ -111,7 +112,8 @@ class Policy:
 
         Full fine-tuning writes a whole HF folder (weights, config, tokenizer): `hf:FOLDER`.
         LoRA writes this policy's adapter alone (adapter_config.json + adapter_model.safetensors,
-        plus the tokenizer for convenience): `hf:BASE?adapter=FOLDER`, BASE the model trained on.
+        plus the tokenizer for convenience): `hf:BASE?adapter=FOLDER`, BASE the model trained on;
+        but when training started from a warm-start adapter, the whole merged model: `hf:FOLDER`.
         """
         folder = Path(folder).resolve()
         folder.mkdir(parents=True, exist_ok=True)
@@ -119,7 +121,29 @@ class Policy:
         if self.adapter is None:
             model.save_pretrained(folder)
             self.tokenizer.save_pretrained(folder)
-            return _spec(str(folder), self.base_params)
+            return _spec(str(folder), {})  # plain safetensors, whatever the base was read from
+        if self.warm_adapter is None:
+            self._save_adapter(model, folder)
+            return _spec(self.base_target, {**self.base_params, "adapter": str(folder)})
+        # The base trained on (base + warm-start adapter, merged) is on no disk: write the whole
+        # model, base + warm start + this adapter merged, built on the CPU from the files.
+        import tempfile
+
+        from peft import PeftModel
+
+        from ibrl_bench.models.loading import load_model, resolve_source
+
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        with tempfile.TemporaryDirectory() as tmp:
+            self._save_adapter(model, Path(tmp))
+            source = resolve_source(self.base_target, self.base_params.get("gguf_file"))
+            merged = load_model(source, self.warm_adapter, "cpu", dtype).model.merge_and_unload()
+            merged = PeftModel.from_pretrained(merged, tmp).merge_and_unload()
+        merged.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        return _spec(str(folder), {})
+
+    def _save_adapter(self, model: Any, folder: Path) -> None:
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
@@ -130,7 +154,6 @@ class Policy:
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors")
         peft.peft_config[self.adapter].save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
-        return _spec(self.base_target, {**self.base_params, "adapter": str(folder)})
 
 
 def load_policy(options: ModelOptions, lr: float, name: str = "default", reference: bool = True, **optim: Any) -> Policy:
@@ -141,7 +164,11 @@ def load_policy(options: ModelOptions, lr: float, name: str = "default", referen
 def load_policies(
     options: ModelOptions, names: list[str], lr: float, reference: bool = True, **optim: Any
 ) -> dict[str, Policy]:
-    """One trainable policy per name, all starting from the same model (see the module docstring)."""
+    """One trainable policy per name, all starting from the same model (see the module docstring).
+
+    A model spec with `?adapter=DIR` (e.g. an SFT run with LoRA) starts from that adapter merged
+    into the base: it is the starting policy and the reference; new LoRA adapters go on top.
+    """
     import torch
 
     from ibrl_bench.models.loading import load_model
@@ -149,32 +176,36 @@ def load_policies(
     if len(set(names)) != len(names) or not names:
         raise ValueError(f"policy names must be distinct and not empty: {names}")
     target, params = _parse_model(options.model)
-    loaded = load_model(params["source"], params.get("adapter"), options.device, options.dtype)
+    warm = params.get("adapter")
+    first = load_model(params["source"], warm, options.device, options.dtype)
     base_params = {k: v for k, v in params.items() if k in ("gguf_file",)}
     # Rollouts go through HFAgent (left padding); training batches are built by `collate`, which
     # pads on the right by itself, so the tokenizer's setting is the generator's.
-    tokenizer = loaded.tokenizer
+    tokenizer = first.tokenizer
+    copies = [first.model]
+
+    def start() -> Any:
+        """One more copy of the starting model, warm-start adapter merged in, every weight plain."""
+        model = copies.pop() if copies else load_model(params["source"], warm, options.device, options.dtype).model
+        if warm is not None:
+            model = model.merge_and_unload()
+        return model
 
     def optimizer(trainable: list[Any]) -> Any:
         return torch.optim.AdamW(trainable, lr=lr, **optim)
 
     policies: dict[str, Policy] = {}
     if options.lora is None:
-        frozen = None
-        if reference:
-            frozen = load_model(params["source"], params.get("adapter"), options.device, options.dtype).model
-            frozen.requires_grad_(False)
-        for i, name in enumerate(names):
-            model = loaded.model if i == 0 else load_model(params["source"], params.get("adapter"), options.device, options.dtype).model
+        trained = [start() for _ in names]
+        frozen = start().requires_grad_(False) if reference else None
+        for name, model in zip(names, trained):
+            model.requires_grad_(True)
             _prepare_for_training(model, options)
-            trainable = [p for p in model.parameters() if p.requires_grad]
-            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, None, frozen, trainable)
+            trainable = list(model.parameters())
+            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, None, frozen,
+                                    trainable, warm)
         return policies
 
-    if params.get("adapter"):
-        raise UserError(
-            f"{options.model}: LoRA training starts from a base model; merge the adapter first, or train without lora"
-        )
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(
@@ -188,8 +219,7 @@ def load_policies(
     # inside its "lora_" prefix, as the role "a" does.
     groups = [names] if options.shared_base else [[n] for n in names]
     for group in groups:
-        base = loaded.model if group is groups[0] else load_model(params["source"], None, options.device, options.dtype).model
-        base.requires_grad_(False)
+        base = start().requires_grad_(False)
         # Each adapter is created with the same seeded init, so the roles start from one policy.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
@@ -206,7 +236,8 @@ def load_policies(
                 raise UserError(f"LoRA found no layers to adapt in {options.model} (target_modules={options.lora.target_modules})")
             for p in trainable:
                 p.requires_grad_(True)
-            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, adapter, None, trainable)
+            policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, adapter, None,
+                                    trainable, warm)
     return policies
 
 

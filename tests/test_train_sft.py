@@ -197,3 +197,24 @@ def test_the_same_seed_trains_the_same_weights(runs, tmp_path):
     assert losses_1 == losses_2
     assert weights_1.keys() == weights_2.keys()
     assert all(torch.equal(weights_1[k], weights_2[k]) for k in weights_1)
+
+
+@pytest.mark.slow
+def test_sft_with_lora_saves_an_adapter_that_an_hf_spec_plays(runs, tiny, tmp_path):
+    from ibrl_bench.agents.spec import build_agent
+    from ibrl_bench.runner.episode import play_episode
+
+    cfg = SFTConfig(domain="dealnodeal", transcripts=[str(runs["dealnodeal"])], out=str(tmp_path / "lora"),
+                    model={"model": f"hf:{tiny}", "lora": {"r": 4, "alpha": 8}, "device": "cpu"},
+                    steps=2, batch_size=4, lr=1e-2, max_length=256, max_new_tokens=16, heldout_share=0)
+    with StepLog(cfg.out, cfg.steps, "sft", quiet=True) as log:
+        spec = run(cfg, log)
+    adapter = (tmp_path / "lora" / "checkpoint").resolve()
+    assert spec == f"hf:{tiny.resolve()}?adapter={adapter}"
+    assert (adapter / "adapter_config.json").is_file() and not (adapter / "model.safetensors").exists()
+    domain = get_domain("dealnodeal")
+    agents = {"a": build_agent(f"{spec}&max_new_tokens=8&device=cpu", "dealnodeal"),
+              "b": build_agent("scripted:dealnodeal/conceder", "dealnodeal")}
+    scenario = domain.scenario_set("test", 1).scenarios[0]
+    result = asyncio.run(play_episode(domain, scenario, agents, seed=0, max_turns=2))
+    assert result.replies["a"] and result.outcome.status in ("ok", "invalid", "max_turns")

@@ -47,7 +47,7 @@ from ibrl_bench.runner.store import EpisodeRecord
 from ibrl_bench.train.policy import ModelOptions
 from ibrl_bench.train.samples import Sample
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class FromScratch(BaseModel):
@@ -180,7 +180,7 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
                 moves = replay(domain, record, scenario, max_turns)
             except ReplayMismatch as e:
                 data.counts["replay mismatch (skipped)"] += 1
-                log.warning("episode %s of %s does not replay (%s); skipped", record.key, folder, e)
+                logger.warning("episode %s of %s does not replay (%s); skipped", record.key, folder, e)
                 continue
             chosen = [m for m in moves if m.role in roles and (config.agents is None or m.agent in config.agents)]
             if not chosen:
@@ -270,10 +270,11 @@ def mean_loss(model: Any, samples: list[Sample], pad_id: int, max_length: int, b
     return total / max(tokens, 1.0)
 
 
-def run(config: SFTConfig, log_: Any) -> str:
+def run(config: SFTConfig, log: Any) -> str:
     """Train by imitation; return the hf: spec of the checkpoint in `<out>/checkpoint`.
 
-    `log_` is the StepLog the caller opened for `config.steps` steps.
+    `log` is the StepLog (train/steplog.py) the caller opened for `config.steps` steps; under
+    several processes only the first one writes to it, and only the first returns the spec.
     """
     import torch
     from accelerate import Accelerator
@@ -291,13 +292,17 @@ def run(config: SFTConfig, log_: Any) -> str:
     tokenizer = policy.tokenizer
     budget = prompt_budget(policy.model, config.max_new_tokens)
     data = build_dataset(config, tokenizer, budget)
-    log.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout), _describe_counts(data.counts))
+    logger.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout), _describe_counts(data.counts))
 
     model, optimizer = accelerator.prepare(policy.model, policy.optimizer)
     policy.model = model  # save() unwraps it
     device = accelerator.device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    heldout_before = mean_loss(model, data.heldout, pad_id, config.max_length, config.batch_size, device)
+    def heldout_loss() -> float | None:
+        with policy.active(), accelerator.autocast():
+            return mean_loss(model, data.heldout, pad_id, config.max_length, config.batch_size, device)
+
+    heldout_before = heldout_loss()
 
     order = _Shuffler(len(data.train), config.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -320,10 +325,10 @@ def run(config: SFTConfig, log_: Any) -> str:
         seconds = time.perf_counter() - tick
         if accelerator.is_main_process:
             tokens = float(summed[1])
-            log_.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=float(grad_norm), tokens=int(tokens),
+            log.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=float(grad_norm), tokens=int(tokens),
                      tokens_per_s=tokens / max(seconds, 1e-9), samples=config.batch_size)
 
-    heldout_after = mean_loss(model, data.heldout, pad_id, config.max_length, config.batch_size, device)
+    heldout_after = heldout_loss()
     accelerator.wait_for_everyone()
     spec = ""
     if accelerator.is_main_process:

@@ -582,7 +582,7 @@ def train(method, recipe, quiet, overrides) -> None:
     for role, spec in specs.items():
         console.print(f"  {role}: {spec}", highlight=False, soft_wrap=True)
     console.print("try it in cross-play against the held-out panel:", highlight=False)
-    for line in _try_commands(config.domain, method, specs):
+    for line in _try_commands(config.domain, method, specs, config.max_new_tokens):
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
 
 
@@ -604,8 +604,9 @@ class _NoLog:
         return None
 
 
-def _try_commands(domain: str, method: str, specs: dict[str, str]) -> list[str]:
-    """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel."""
+def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_tokens: int) -> list[str]:
+    """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel, with
+    the message length it was trained to (the hf: default is 64 tokens)."""
     import shlex
 
     from ibrl_bench.domains import get_domain
@@ -613,6 +614,7 @@ def _try_commands(domain: str, method: str, specs: dict[str, str]) -> list[str]:
     roles = get_domain(domain).roles
     lines = []
     for who, spec in specs.items():
+        spec += f"{'&' if '?' in spec else '?'}max_new_tokens={max_new_tokens}"
         # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them,
         # in one command where every role meets the same panel (Deal-or-NoDeal).
         played = [who] if who in roles else list(roles)

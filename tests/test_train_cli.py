@@ -58,11 +58,12 @@ def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it
     assert f"policy: {spec}" in proc.stdout
     (command,) = [x.strip() for x in proc.stdout.splitlines() if x.strip().startswith("ibrl-bench crossplay")]
     args = shlex.split(command)[1:]
-    assert args[args.index("--policy") + 1] == spec and "--panel" in args
+    played_spec = f"{spec}?max_new_tokens=48"  # as the recipe trains it, not the hf: default
+    assert args[args.index("--policy") + 1] == played_spec and "--panel" in args
     args[args.index("--scenarios") + 1] = "1"
     args[args.index("--panel") + 1] = "dealnodeal-scripted-heldout"
     played = ibrl(*args, "--quiet", "--max-turns", "2", cwd=tmp_path, timeout=300)
     assert played.returncode == 0, played.stderr
     results = json.loads(next((tmp_path / "runs").glob("dealnodeal-sft-policy/results.json")).read_text())
-    assert {c["policy"] for c in results["cells"]} == {spec}
+    assert {c["policy"] for c in results["cells"]} == {played_spec}
     assert sum(c["n_episodes"] for c in results["cells"]) == 6  # 3 panel members x 2 roles x 1 scenario

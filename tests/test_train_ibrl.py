@@ -108,6 +108,17 @@ def test_samples_cut_by_max_length_get_pi_old_on_the_cut_input(base, tmp_path):
         assert metrics["ratio"][role] == pytest.approx(1.0, abs=1e-5)  # the update compares like with like
 
 
+def test_kl_coef_zero_runs_no_reference_forward(base, tmp_path):
+    cfg = config(base, tmp_path, kl_coef=0.0, model=ModelOptions(model=str(base), device="cpu"))
+    groups = hand_rewards(rollouts(cfg))
+    # Full fine-tuning loaded without a reference model: any reference forward would raise.
+    policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)
+    metrics = update_all(policies, groups, cfg, make_accelerator(cfg))
+    assert metrics["kl"] == {"a": 0.0, "b": 0.0}
+    with pytest.raises(RuntimeError, match="without a reference model"):
+        update_all(policies, groups, cfg.model_copy(update={"kl_coef": 0.1}), make_accelerator(cfg))
+
+
 class KeepLogits:
     """Calls the model and keeps its logits' gradient, to see where a loss reaches."""
 

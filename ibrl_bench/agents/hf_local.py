@@ -24,6 +24,12 @@ Row i's t-th draw therefore always comes from generator i's t-th number, whateve
 probabilities are moved to the CPU for the draw, so a seed picks the same token on CPU and GPU
 given the same probabilities. What batching can still change is the arithmetic: a padded batch may
 round differently from a single prompt, which can flip a near-tie between two tokens.
+
+Traces (for the trainers, never set by a spec). An agent built with `trace=True` attaches to each
+reply the prompt ids it fed the model, the ids it generated (up to and including the first
+end-of-sequence id, found by position, so a pad id equal to it is harmless) and their
+log-probabilities under the distribution they were drawn from, scored from `generate`'s raw
+logits. Without `trace` the decoding is exactly the same call as before.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
-from ibrl_bench.train.rollout import Group, collect, policy_agent, shard, step_scenarios
+from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agent, shard, step_scenarios
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,8 @@ class IBRLConfig(BaseModel):
     micro_batch_size: int = Field(8, ge=1)  # samples per forward/backward
     max_length: int | None = Field(None, ge=16)  # truncate samples (prompt from the left) to this
     max_grad_norm: float | None = Field(1.0, gt=0)
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    # bf16 autocast on GPUs that have it; no fp16: its loss scaler would be shared by two optimizers
+    mixed_precision: Literal["no", "bf16"] = "no"
     seed: int = 0
 
     @field_validator("split")
@@ -113,7 +114,10 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     prepare(accelerator, policies)
     lock = threading.Lock()  # one model may serve both roles; see rollout.policy_agent
     agents = {role: make_agent(p, domain, config, lock) for role, p in policies.items()}
-    train(config, accelerator, domain, scenarios, policies, agents, log)
+    try:
+        train(config, accelerator, domain, scenarios, policies, agents, log)
+    finally:
+        close_agents(agents)
     return save(accelerator, policies, config.out)
 
 

@@ -120,6 +120,16 @@ async def _collect(domain, scenarios, agents, group_size, seed, step, traced, ma
     return groups
 
 
+def close_agents(agents: Mapping[Role, Agent]) -> None:
+    """Release what the agents hold (batcher threads, HTTP clients of API counterparts), each once."""
+
+    async def close() -> None:
+        for agent in {id(a): a for a in agents.values()}.values():
+            await agent.aclose()
+
+    asyncio.run(close())
+
+
 def policy_agent(policy: Any, domain: Domain, temperature: float, max_new_tokens: int, batch_size: int, lock: threading.Lock) -> Agent:
     """An hf: agent that plays with the live policy (its adapter switched on) and traces its moves.
 

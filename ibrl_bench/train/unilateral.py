@@ -33,6 +33,7 @@ from ibrl_bench.train.ibrl import (
     train,
 )
 from ibrl_bench.train.policy import describe, load_policies
+from ibrl_bench.train.rollout import close_agents
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,10 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
         config.role: make_agent(policies[config.role], domain, config, threading.Lock()),
         domain.other(config.role): build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain),
     }
-    train(config, accelerator, domain, scenarios, policies, agents, log)
+    try:
+        train(config, accelerator, domain, scenarios, policies, agents, log)
+    finally:
+        close_agents(agents)
     return save(accelerator, policies, config.out)
 
 

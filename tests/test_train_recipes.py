@@ -4,6 +4,7 @@ one-line errors that name the file and the key."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +27,7 @@ class Toy(BaseModel):
     name: str = "x"
     optim: Optim = Optim()
     roles: list[str] | None = None
+    targets: list[str] | Literal["all"] = "all"
 
 
 def write(tmp_path, text):
@@ -56,6 +58,8 @@ def test_overrides_are_typed_as_yaml_and_reach_nested_keys(tmp_path):
     ("version: 1\n", ["steps=-2"], ["r.yaml: steps (set by override steps=-2)", "greater than or equal to 1"]),
     ("version: 1\n", ["optim.lr=fast"], ["optim.lr (set by override optim.lr=fast)", "'fast'"]),
     ("version: 1\n", ["steps"], ["override 'steps'", "KEY=VALUE"]),
+    # A union's error names the key alone, not the branch pydantic tried (targets.list[str]).
+    ("version: 1\n", ["targets=3"], ["r.yaml: targets (set by override targets=3): Input should be"]),
     ("version: 1\nsteps: 3\n", ["steps.x=1"], ["override steps.x=1", "steps is 3, not a mapping"]),
     ("version: 1\nsteps: [1\n", [], ["r.yaml: not valid YAML at line"]),
     ("- a\n- b\n", [], ["YAML mapping"]),

@@ -127,9 +127,9 @@ def validate(data: dict[str, Any], config_class: type[C], path: Path, set_by: di
 
 
 def _describe(err: dict[str, Any], path: Path, config_class: type[BaseModel], set_by: dict[str, str], more: int) -> str:
-    # pydantic locations carry union branch names (`tiny`, `str`) after the real keys; keep the
-    # part that is a key path of the recipe.
-    key = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    # A union field's error names the branch after the key (`target_modules.list[str]`): cut it, so
+    # the message names a key the recipe can hold.
+    key = ".".join(str(x) for x in err["loc"] if not _is_branch(x)) or "(top level)"
     source = next((f" (set by override {item})" for k, item in set_by.items() if key == k or key.startswith(k + ".")), "")
     if err["type"] == "extra_forbidden":
         parent = err["loc"][:-1]
@@ -145,6 +145,10 @@ def _describe(err: dict[str, Any], path: Path, config_class: type[BaseModel], se
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''}; fix this one first)"
     return message
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and any(c in part for c in "[]'")
 
 
 def _known_keys(config_class: type[BaseModel], loc: tuple) -> list[str]:

@@ -6,7 +6,6 @@ tests therefore give rollouts rewards by hand, a fixed function of what each rol
 so that updates are real and reproducible."""
 
 import asyncio
-import threading
 
 import pytest
 
@@ -22,7 +21,7 @@ from ibrl_bench.train import ibrl, unilateral  # noqa: E402
 from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # noqa: E402
 from ibrl_bench.train.losses import grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
-from ibrl_bench.train.rollout import collect, policy_agent  # noqa: E402
+from ibrl_bench.train.rollout import collect, policy_agents  # noqa: E402
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
 
 GAME = get_domain("dealnodeal")
@@ -55,8 +54,7 @@ def hand_rewards(groups, b_offset=0.0):
 
 def rollouts(cfg, seed=0):
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)
-    lock = threading.Lock()
-    agents = {r: policy_agent(p, GAME, cfg.temperature, cfg.max_new_tokens, 16, lock) for r, p in policies.items()}
+    agents = policy_agents(policies, GAME, cfg.temperature, cfg.max_new_tokens, 16)
     return collect(GAME, SCENARIOS, agents, cfg.group_size, seed, 1, ["a", "b"], cfg.max_turns)
 
 

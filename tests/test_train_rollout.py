@@ -3,7 +3,6 @@
 The policies are two LoRA adapters on one tiny random model, as IB-RL runs them; the moves are
 gibberish, but every id, log-probability and mask is real."""
 
-import threading
 
 import pytest
 
@@ -14,7 +13,7 @@ from ibrl_bench.agents.spec import build_agent  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
-from ibrl_bench.train.rollout import collect, policy_agent, shard, step_scenarios  # noqa: E402
+from ibrl_bench.train.rollout import collect, policy_agents, shard, step_scenarios  # noqa: E402
 from ibrl_bench.train.samples import collate, token_logprobs  # noqa: E402
 
 GAME = get_domain("dealnodeal")
@@ -27,8 +26,14 @@ def setup(tmp_path_factory):
     base = build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
     options = ModelOptions(model=str(base), lora=LoraOptions(r=4), device="cpu")
     policies = load_policies(options, list(GAME.roles), lr=1e-3, reference=False)
-    lock = threading.Lock()
-    agents = {r: policy_agent(p, GAME, TEMPERATURE, 8, 16, lock) for r, p in policies.items()}
+    # b's adapter made different from a's (both start as the base), so that a move decoded with
+    # the wrong adapter would show.
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in policies["b"].parameters():
+            p.add_(torch.randn(p.shape, generator=noise) * 0.5)
+    agents = policy_agents(policies, GAME, TEMPERATURE, 8, 16)
+    assert agents["a"] is agents["b"]  # one agent: both roles' moves in the same batches
     return base, policies, agents
 
 
@@ -49,27 +54,33 @@ def test_groups_hold_g_rollouts_of_one_scenario_with_every_move_of_both_roles(se
             assert [len(r.samples[role]) for role in GAME.roles] == [3, 3]
 
 
-def test_a_trace_is_what_the_model_saw_generated_and_sampled_with(setup):
+@pytest.mark.parametrize("role", ["a", "b"])
+def test_a_trace_is_what_the_model_saw_generated_and_sampled_with(setup, role):
     _, policies, agents = setup
-    policy = policies["a"]
+    policy, other = policies[role], policies["b" if role == "a" else "a"]
     tok = policy.tokenizer
     group = play(agents, scenarios=SCENARIOS[:1], group_size=1)[0]
     rollout = group.rollouts[0]
-    samples = rollout.samples["a"]
-    # Recomputing the log-probabilities of the recorded ids with a training forward gives the
-    # sampling ones back: the ids were not re-tokenized, and the temperature matches.
-    with policy.active() as model, torch.no_grad():
-        for s in samples:
+    samples = rollout.samples[role]
+
+    def recomputed(p, s):
+        with p.active() as model, torch.no_grad():
             batch = collate([s], pad_id=tok.pad_token_id)
-            lp = token_logprobs(model, batch, TEMPERATURE)[0, len(s.prompt_ids):]
-            assert lp.tolist() == pytest.approx(s.logprobs, abs=1e-4)
-            eos = [i for i, t in enumerate(s.completion_ids) if t == tok.eos_token_id]
-            assert eos in ([], [len(s.completion_ids) - 1])  # stops at its first eos, keeps it
-    # Multi-turn: a's later prompts contain b's earlier messages, as the other side's turns.
-    b_texts = [t.text for t in rollout.transcript if t.role == "b" and t.phase == "talk" and t.text]
-    assert b_texts, "b spoke"
+            return token_logprobs(model, batch, TEMPERATURE)[0, len(s.prompt_ids):].tolist()
+
+    # Recomputing the log-probabilities of the recorded ids with a training forward of the role's
+    # own policy gives the sampling ones back: the ids were not re-tokenized, the temperature
+    # matches, and the mixed batch decoded each row with its own role's adapter.
+    for s in samples:
+        assert recomputed(policy, s) == pytest.approx(s.logprobs, abs=1e-4)
+        eos = [i for i, t in enumerate(s.completion_ids) if t == tok.eos_token_id]
+        assert eos in ([], [len(s.completion_ids) - 1])  # stops at its first eos, keeps it
+    assert any(recomputed(other, s) != pytest.approx(s.logprobs, abs=1e-2) for s in samples)
+    # Multi-turn: the role's last prompt holds the other side's messages, as the other side's turns.
+    their_texts = [t.text for t in rollout.transcript if t.role == other.name and t.phase == "talk" and t.text]
+    assert their_texts, "the other side spoke"
     later_prompt = tok.decode(samples[-1].prompt_ids)
-    assert all(text in later_prompt for text in b_texts)
+    assert all(text in later_prompt for text in their_texts)
 
 
 def test_masks_of_a_multi_turn_episode_for_both_roles_with_pad_equal_to_eos(setup):
@@ -94,6 +105,17 @@ def test_masks_of_a_multi_turn_episode_for_both_roles_with_pad_equal_to_eos(setu
             c = min(len(s.completion_ids), 40)
             assert cut.action_mask[row].tolist()[: 40] == [0.0] * (40 - c) + [1.0] * c
             assert cut.old_logprobs[row, 40 - c:].tolist() == pytest.approx(s.logprobs[:c])
+
+
+def test_a_model_in_training_mode_for_checkpointing_still_decodes_both_roles_in_one_batch(setup):
+    base = setup[0]
+    options = ModelOptions(model=str(base), lora=LoraOptions(r=4), device="cpu", gradient_checkpointing=True)
+    policies = load_policies(options, list(GAME.roles), lr=1e-3, reference=False)
+    agents = policy_agents(policies, GAME, TEMPERATURE, 8, 16)
+    groups = collect(GAME, list(SCENARIOS[:1]), agents, 2, 0, 1, traced=list(GAME.roles), max_turns=2)
+    assert all(r.samples["a"] and r.samples["b"] for r in groups[0].rollouts)
+    assert policies["a"].model.training  # put back as it was after each generate
+    assert agents["a"].batcher.stats.largest > 1
 
 
 def test_rollouts_are_deterministic_given_the_seed(setup):

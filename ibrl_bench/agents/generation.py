@@ -84,6 +84,7 @@ def request_seed(obs: Observation) -> int:
 class GenRequest:
     messages: list[dict[str, str]]  # the chat the model sees (Domain.chat_messages)
     seed: int
+    role: str = ""  # whose move: picks the adapter when one model serves several roles
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class BatchedAgent(Agent):
     batcher: Batcher[GenRequest, GenResult]
 
     async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
+        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs), role=obs.role)
         result = await self.batcher.submit(request)
         return Reply(
             text=result.text,

@@ -34,8 +34,8 @@ logits. Without `trace` the decoding is exactly the same call as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import Any, Literal
 
 import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
@@ -85,9 +85,9 @@ def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
 
 class HFAgent(BatchedAgent):
     """`trace=True` (the trainers' rollouts) attaches to every reply a `Trace`: the prompt ids, the
-    generated ids and their log-probabilities under the sampling distribution. `using`, when given,
-    is entered around each `generate` call: a trainer passes a context that switches a shared model
-    to this role's adapter (and holds a lock, since two roles' batchers run in two threads)."""
+    generated ids and their log-probabilities under the sampling distribution. `adapters` (role ->
+    PEFT adapter name), for a model with several LoRA adapters, decodes each request with its
+    role's adapter, the roles mixed in one batch (IB-RL's two policies on one base)."""
 
     def __init__(
         self,
@@ -97,11 +97,11 @@ class HFAgent(BatchedAgent):
         domain: Domain,
         max_positions: int | None,
         trace: bool = False,
-        using: Callable[[], AbstractContextManager[Any]] | None = None,
+        adapters: Mapping[str, str] | None = None,
     ):
         self.model = model
         self.trace = trace
-        self.using = using
+        self.adapters = adapters
         self.tokenizer = tokenizer
         self.params = params
         self.domain = domain
@@ -136,12 +136,16 @@ class HFAgent(BatchedAgent):
         processors = LogitsProcessorList()
         if self.params.temperature > 0:
             processors.append(SeededSampling([r.seed for r in requests], self.params.temperature, self.params.top_p))
-        with self.using() if self.using is not None else nullcontext(), torch.inference_mode():
+        # One adapter per row; PEFT takes them only in eval mode (a model trained with gradient
+        # checkpointing sits in training mode, with dropout at 0: see train/policy.py).
+        per_row = {} if self.adapters is None else {"adapter_names": [self.adapters[r.role] for r in requests]}
+        with _eval_mode(self.model) if per_row else nullcontext(), torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=padded["attention_mask"].to(self.device),
                 generation_config=config,
                 logits_processor=processors,
+                **per_row,
             )
         sequences = out.sequences if self.trace else out
         generated = sequences[:, input_ids.shape[1]:]  # [batch, steps]
@@ -178,6 +182,16 @@ def sampled_logprobs(logits: tuple[Any, ...], tokens: Any, params: GenerationPar
         chosen = tokens[:, step].unsqueeze(-1)  # [batch, 1]
         picked.append(torch.log_softmax(scores, dim=-1).gather(-1, chosen).squeeze(-1))
     return torch.stack(picked, dim=1).cpu()
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

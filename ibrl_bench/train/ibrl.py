@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -45,7 +44,7 @@ from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
-from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agent, shard, step_scenarios
+from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agents, shard, step_scenarios
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
 
 logger = logging.getLogger(__name__)
@@ -112,8 +111,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
-    lock = threading.Lock()  # one model may serve both roles; see rollout.policy_agent
-    agents = {role: make_agent(p, domain, config, lock) for role, p in policies.items()}
+    agents = make_agents(policies, domain, config)  # one agent for both roles when they share a base
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log)
     finally:
@@ -257,8 +255,8 @@ def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any)
     return dict(zip(roles, overall.tolist()))
 
 
-def make_agent(policy: Policy, domain: Domain, config: IBRLConfig, lock: threading.Lock) -> Any:
-    return policy_agent(policy, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size, lock)
+def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig) -> dict[Role, Any]:
+    return policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size)
 
 
 def make_accelerator(config: IBRLConfig) -> Any:

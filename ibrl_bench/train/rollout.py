@@ -2,7 +2,7 @@
 dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
 
 A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
-`policy_agent`), so every reply carries the exact prompt ids the model saw, the ids it generated
+`policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
 and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
 as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
 any agent; it does not trace and yields no samples.
@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,23 +128,29 @@ def close_agents(agents: Mapping[Role, Agent]) -> None:
     asyncio.run(close())
 
 
-def policy_agent(policy: Any, domain: Domain, temperature: float, max_new_tokens: int, batch_size: int, lock: threading.Lock) -> Agent:
-    """An hf: agent that plays with the live policy (its adapter switched on) and traces its moves.
+def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
+                  batch_size: int) -> dict[Role, Agent]:
+    """hf: agents that play with the live policies and trace their moves, one per model.
 
-    `lock` must be shared by every policy on the same model: each agent decodes in its own
-    batcher thread, and switching the shared model's adapter must not happen mid-generate.
+    Policies that are adapters on one shared base get ONE agent: its batches mix both roles' moves,
+    each row decoded with its own role's adapter (so the roles' episodes are batched together, as
+    they would be with one model). Policies that are models of their own get an agent each.
     """
     from ibrl_bench.agents.hf_local import HFAgent, HFParams
 
     params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5)
-    model = policy.generation_model()
-    max_positions = getattr(model.config, "max_position_embeddings", None)
-
-    @contextmanager
-    def using() -> Iterator[Any]:
-        with lock, policy.active() as model:
-            yield model
-
-    agent = HFAgent(model, policy.tokenizer, params, domain, max_positions, trace=True, using=using)
-    agent.spec = f"policy:{policy.name}"
-    return agent
+    by_model: dict[int, list[Role]] = {}
+    for role, policy in policies.items():
+        by_model.setdefault(id(policy.generation_model()), []).append(role)
+    agents: dict[Role, Agent] = {}
+    for roles in by_model.values():
+        first = policies[roles[0]]
+        model = first.generation_model()
+        adapters = {role: policies[role].adapter for role in roles}
+        if any(a is None for a in adapters.values()):
+            adapters = None  # plain models: one policy per model, nothing to pick
+        max_positions = getattr(model.config, "max_position_embeddings", None)
+        agent = HFAgent(model, first.tokenizer, params, domain, max_positions, trace=True, adapters=adapters)
+        agent.spec = "policy:" + "+".join(roles)
+        agents.update({role: agent for role in roles})
+    return agents

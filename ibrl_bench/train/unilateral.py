@@ -14,7 +14,6 @@ coevolving.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from pydantic import Field
@@ -25,7 +24,7 @@ from ibrl_bench.train.ibrl import (
     IBRLConfig,
     StepLogger,
     make_accelerator,
-    make_agent,
+    make_agents,
     on_device,
     prepare,
     save,
@@ -60,10 +59,8 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
-    agents: dict[Role, Any] = {
-        config.role: make_agent(policies[config.role], domain, config, threading.Lock()),
-        domain.other(config.role): build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain),
-    }
+    agents: dict[Role, Any] = make_agents(policies, domain, config)
+    agents[domain.other(config.role)] = build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain)
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log)
     finally:

@@ -26,7 +26,9 @@ Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed c
 Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
 `accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
 group normalization is local) and gradients are averaged across processes. Rollouts use HF
-`generate` through the project's hf: agent (vLLM rollouts are not implemented).
+`generate` through the project's hf: agent; with two adapters on one base, one `generate` call
+decodes both roles' moves, each row with its own role's adapter (rollout.policy_agents). vLLM
+rollouts are not implemented.
 """
 
 from __future__ import annotations

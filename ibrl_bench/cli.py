@@ -557,10 +557,11 @@ def train(method, recipe, quiet, overrides) -> None:
     import yaml
 
     from ibrl_bench.train.recipes import RECIPE_VERSION, load_recipe, trainer
+    from ibrl_bench.train.steplog import StepLog
 
     module, config_class = trainer(method)
     config = load_recipe(recipe, config_class, list(overrides), method=method)
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
 
     hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
     out = Path(config.out)
@@ -569,8 +570,6 @@ def train(method, recipe, quiet, overrides) -> None:
         out.mkdir(parents=True, exist_ok=True)
         resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    from ibrl_bench.train.steplog import StepLog
-
     step_log = StepLog(out, config.steps, method, quiet=quiet, console=err_console) if main_process else _NoLog()
     with step_log as log:
         result = module.run(config, log)

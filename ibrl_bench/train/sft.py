@@ -317,6 +317,7 @@ def run(config: SFTConfig, log: Any) -> str:
         with policy.active(), accelerator.autocast():
             loss, n_tokens = imitation_loss(model, batch)
             accelerator.backward(loss)
+        # None under DeepSpeed, which clips inside its engine (gradient_clipping in its config).
         grad_norm = accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -325,7 +326,7 @@ def run(config: SFTConfig, log: Any) -> str:
         seconds = time.perf_counter() - tick
         if accelerator.is_main_process:
             tokens = float(summed[1])
-            log.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=float(grad_norm), tokens=int(tokens),
+            log.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=None if grad_norm is None else float(grad_norm), tokens=int(tokens),
                      tokens_per_s=tokens / max(seconds, 1e-9), samples=config.batch_size)
 
     heldout_after = heldout_loss()

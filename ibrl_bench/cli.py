@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -535,6 +536,101 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     )
     html_path, png_path = write_report(r, options, Path(out) if out else None)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
+
+# The held-out panel a trained checkpoint is tried against, per (domain, role it plays).
+HELDOUT_PANELS = {
+    ("dealnodeal", "a"): "dealnodeal-scripted-heldout",
+    ("dealnodeal", "b"): "dealnodeal-scripted-heldout",
+    ("telesales", "seller"): "telesales-buyers-heldout",
+    ("telesales", "buyer"): "telesales-sellers-heldout",
+}
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("method", type=click.Choice(["sft", "ibrl", "unilateral"]))
+@click.option("--recipe", required=True, type=click.Path(dir_okay=False), help="A recipe YAML (see training/).")
+@click.option("--quiet", is_flag=True, help="No progress bar (the log file is written all the same).")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def train(method, recipe, quiet, overrides) -> None:
+    """Train a policy: sft (imitation of transcripts), ibrl (both roles) or unilateral (one role).
+
+    KEY=VALUE pairs override the recipe (values read as YAML; dotted keys reach nested blocks):
+    `ibrl-bench train ibrl --recipe training/dealnodeal-tiny-ibrl.yaml steps=2 model.lora.r=8`.
+    Writes checkpoints, train_log.jsonl and the resolved recipe.yaml under the recipe's `out`.
+    Under `accelerate launch` every process trains; only the first writes the log and prints.
+    """
+    import yaml
+
+    from ibrl_bench.train.recipes import RECIPE_VERSION, load_recipe, trainer
+    from ibrl_bench.train.steplog import StepLog
+
+    module, config_class = trainer(method)
+    config = load_recipe(recipe, config_class, list(overrides), method=method)
+    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
+
+    hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
+    out = Path(config.out)
+    main_process = _main_process()
+    if main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
+        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    step_log = StepLog(out, config.steps, method, quiet=quiet, console=err_console) if main_process else _NoLog()
+    with step_log as log:
+        result = module.run(config, log)
+    if not main_process:
+        return
+    specs = {"policy": result} if isinstance(result, str) else dict(result)
+    console.print(f"trained: {method} from {recipe}; log {out / 'train_log.jsonl'}, "
+                  f"resolved recipe {out / 'recipe.yaml'}", highlight=False, soft_wrap=True)
+    for role, spec in specs.items():
+        console.print(f"  {role}: {spec}", highlight=False, soft_wrap=True)
+    console.print("try it in cross-play against the held-out panel:", highlight=False)
+    for line in _try_commands(config.domain, method, specs, config.max_new_tokens):
+        console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _main_process() -> bool:
+    """False in the processes after the first under `accelerate launch` (or torchrun), which set RANK."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+class _NoLog:
+    """The log of a process other than the first under accelerate: the first one writes."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def log(self, step: int, **metrics) -> None:
+        return None
+
+
+def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_tokens: int) -> list[str]:
+    """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel, with
+    the message length it was trained to (the hf: default is 64 tokens)."""
+    import shlex
+
+    from ibrl_bench.domains import get_domain
+
+    roles = get_domain(domain).roles
+    lines = []
+    for who, spec in specs.items():
+        spec += f"{'&' if '?' in spec else '?'}max_new_tokens={max_new_tokens}"
+        # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them,
+        # in one command where every role meets the same panel (Deal-or-NoDeal).
+        played = [who] if who in roles else list(roles)
+        panels = {HELDOUT_PANELS[(domain, role)] for role in played}
+        seats = [(None, panels.pop())] if len(panels) == 1 and len(played) > 1 else \
+            [(role, HELDOUT_PANELS[(domain, role)]) for role in played]
+        for role, panel in seats:
+            role_flag = f" --role {role}" if role else ""
+            lines.append(f"ibrl-bench crossplay --domain {domain} --policy {shlex.quote(spec)}{role_flag} "
+                         f"--panel {panel} --scenarios 20 --out runs/{domain}-{method}-{who}"
+                         + (f"-{role}" if role and role != who else ""))
+    return lines
 
 
 # ---------------------------------------------------------------- leaderboards

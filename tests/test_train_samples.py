@@ -50,7 +50,7 @@ def test_token_logprobs_are_aligned_with_the_tokens_they_score():
     class Fixed(torch.nn.Module):
         """Logits that depend only on position: predicts token (t + 1) % 4 at step t."""
 
-        def forward(self, input_ids, attention_mask):
+        def forward(self, input_ids, attention_mask, **kwargs):
             b, t = input_ids.shape
             logits = torch.full((b, t, 4), -10.0)
             for j in range(t):

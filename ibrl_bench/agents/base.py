@@ -20,9 +20,24 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
 
 
+class Trace(BaseModel):
+    """What a local model saw and generated for one move, token for token (for the trainers).
+
+    `prompt_ids`: the exact ids fed to the model (chat template applied, cut to its context, no
+    padding). `completion_ids`: the ids it generated, up to and including its end-of-sequence
+    token when it wrote one. `logprobs`: the log-probability of each generated id under the
+    distribution it was drawn from (logits / temperature, then top-p; temperature 1 when greedy).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+
+
 class Reply(BaseModel):
     text: str
     usage: Usage | None = None
+    trace: Trace | None = None  # set only by agents asked to trace (agents/hf_local.py)
 
 
 class Agent(ABC):

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.base import Agent, Reply, Trace, Usage
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
@@ -84,6 +84,7 @@ def request_seed(obs: Observation) -> int:
 class GenRequest:
     messages: list[dict[str, str]]  # the chat the model sees (Domain.chat_messages)
     seed: int
+    role: str = ""  # whose move: picks the adapter when one model serves several roles
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class GenResult:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    trace: Trace | None = None  # only from a backend asked to trace
 
 
 class BatchedAgent(Agent):
@@ -101,11 +103,12 @@ class BatchedAgent(Agent):
     batcher: Batcher[GenRequest, GenResult]
 
     async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs))
+        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs), role=obs.role)
         result = await self.batcher.submit(request)
         return Reply(
             text=result.text,
             usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens),
+            trace=result.trace,
         )
 
     async def aclose(self) -> None:

@@ -24,10 +24,18 @@ Row i's t-th draw therefore always comes from generator i's t-th number, whateve
 probabilities are moved to the CPU for the draw, so a seed picks the same token on CPU and GPU
 given the same probabilities. What batching can still change is the arithmetic: a padded batch may
 round differently from a single prompt, which can flip a near-tie between two tokens.
+
+Traces (for the trainers, never set by a spec). An agent built with `trace=True` attaches to each
+reply the prompt ids it fed the model, the ids it generated (up to and including the first
+end-of-sequence id, found by position, so a pad id equal to it is harmless) and their
+log-probabilities under the distribution they were drawn from, scored from `generate`'s raw
+logits. Without `trace` the decoding is exactly the same call as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import Any, Literal
 
 import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
@@ -44,6 +52,7 @@ except ModuleNotFoundError as e:  # the [hf] extra is not installed
         "pip install torch && pip install 'ibrl-bench[hf]'"
     ) from None
 
+from ibrl_bench.agents.base import Trace
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import (
     BatchedAgent,
@@ -75,8 +84,24 @@ def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
 
 
 class HFAgent(BatchedAgent):
-    def __init__(self, model: Any, tokenizer: Any, params: HFParams, domain: Domain, max_positions: int | None):
+    """`trace=True` (the trainers' rollouts) attaches to every reply a `Trace`: the prompt ids, the
+    generated ids and their log-probabilities under the sampling distribution. `adapters` (role ->
+    PEFT adapter name), for a model with several LoRA adapters, decodes each request with its
+    role's adapter, the roles mixed in one batch (IB-RL's two policies on one base)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        params: HFParams,
+        domain: Domain,
+        max_positions: int | None,
+        trace: bool = False,
+        adapters: Mapping[str, str] | None = None,
+    ):
         self.model = model
+        self.trace = trace
+        self.adapters = adapters
         self.tokenizer = tokenizer
         self.params = params
         self.domain = domain
@@ -104,25 +129,69 @@ class HFAgent(BatchedAgent):
             do_sample=False,  # sampling, when asked for, is done per row by SeededSampling
             eos_token_id=self.eos_ids,
             pad_token_id=tok.pad_token_id,
+            # The raw logits of every step, to score the drawn tokens (only when tracing).
+            return_dict_in_generate=self.trace,
+            output_logits=self.trace,
         )
         processors = LogitsProcessorList()
         if self.params.temperature > 0:
             processors.append(SeededSampling([r.seed for r in requests], self.params.temperature, self.params.top_p))
-        with torch.inference_mode():
+        # One adapter per row; PEFT takes them only in eval mode (a model trained with gradient
+        # checkpointing sits in training mode, with dropout at 0: see train/policy.py).
+        per_row = {} if self.adapters is None else {"adapter_names": [self.adapters[r.role] for r in requests]}
+        with _eval_mode(self.model) if per_row else nullcontext(), torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=padded["attention_mask"].to(self.device),
                 generation_config=config,
                 logits_processor=processors,
+                **per_row,
             )
+        sequences = out.sequences if self.trace else out
+        generated = sequences[:, input_ids.shape[1]:]  # [batch, steps]
+        logprobs = sampled_logprobs(out.logits, generated, self.params).tolist() if self.trace else None
         results = []
-        for prompt, row in zip(prompts, out[:, input_ids.shape[1]:].tolist()):
+        for r, (prompt, row) in enumerate(zip(prompts, generated.tolist())):
             # Rows that finished early are filled with padding after their EOS; count up to it.
+            # (Found by position, so a pad id equal to the EOS id cannot confuse it.)
             n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
             text = tok.decode(row[:n], skip_special_tokens=True).strip()
-            results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n))
+            trace = None
+            if logprobs is not None:
+                trace = Trace(prompt_ids=list(prompt), completion_ids=row[:n], logprobs=logprobs[r][:n])
+            results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n, trace=trace))
         return results
 
+
+def sampled_logprobs(logits: tuple[Any, ...], tokens: Any, params: GenerationParams) -> Any:
+    """Log-probability of each generated token under the distribution it was drawn from.
+
+    `logits`: per step, the model's raw logits [batch, vocab]; `tokens`: [batch, steps]. Sampling
+    draws from softmax(top_p(logits / temperature)) (SeededSampling below), so that is what is
+    scored; a greedy move (temperature 0) is scored under the model's own distribution (T = 1).
+    One step at a time, so that no [batch, steps, vocab] float32 tensor is ever built. Returns
+    float32 [batch, steps] on the CPU.
+    """
+    picked = []
+    for step, scores in enumerate(logits):
+        scores = scores.float()  # [batch, vocab]
+        if params.temperature > 0:
+            scores = scores / params.temperature
+            if params.top_p < 1.0:
+                scores = TopPLogitsWarper(params.top_p)(None, scores)
+        chosen = tokens[:, step].unsqueeze(-1)  # [batch, 1]
+        picked.append(torch.log_softmax(scores, dim=-1).gather(-1, chosen).squeeze(-1))
+    return torch.stack(picked, dim=1).cpu()
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -97,12 +97,26 @@ def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Any:
     divides the logits as the sampler did, so the ratio against the recorded log-probabilities
     compares like with like.
     """
+    return token_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
+
+
+def token_logprobs_and_entropy(model: Any, batch: Batch, temperature: float = 1.0, entropy: bool = True) -> tuple[Any, Any]:
+    """`token_logprobs`, and the entropy [B, T] of the predicted distribution at every position
+    (column 0 = 0; no grad: a statistic), or None when `entropy` is False."""
     import torch
 
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    # No KV cache: nothing is generated here, and the cache would only hold memory.
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = batch.input_ids[:, 1:].unsqueeze(-1)
     # log_softmax then gather: the logsumexp is done once per position, in float32.
-    picked = torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0), value=0.0)
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, T-1, V]
+    picked = log_probs.gather(-1, targets).squeeze(-1)  # [B, T-1]
+    out = torch.nn.functional.pad(picked, (1, 0), value=0.0)
+    if not entropy:
+        return out, None
+    with torch.no_grad():
+        h = -(log_probs.exp() * log_probs).sum(-1)  # [B, T-1]
+    return out, torch.nn.functional.pad(h, (1, 0), value=0.0)

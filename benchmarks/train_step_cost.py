@@ -1,0 +1,124 @@
+"""Cost per trained token of an IB-RL step against a unilateral step, on the same tiny model.
+
+Both trainers run in this process through their own `run` (train/ibrl.py, train/unilateral.py), from
+the same tiny random model (models/tiny.py), with the same recipe settings, alternated (ibrl,
+unilateral, ibrl, unilateral ...) so that a shared, noisy machine affects both alike. Unilateral's
+counterpart is a frozen copy of the same model (`hf:FOLDER`, sampling at the same temperature and
+length), so both steps pay for generating both sides of every dialogue.
+
+What is counted, per optimizer step, from the step's line of the training log:
+  step seconds   rollout_s + update_s: the joint rollouts (both sides' generation, with log-probs
+                 recorded), then for every trained role its reference forward (KL), its
+                 forward/backward and its optimizer step. Model loading and saving are not counted.
+  trained tokens `tokens`: the tokens under the action masks of the trained roles (what the
+                 policies generated and the loss is taken over); IB-RL trains both roles' tokens,
+                 unilateral one role's. Prompts, the counterpart's tokens and padding are not counted.
+The first `--warmup` steps of every run are dropped (allocator and thread-pool warm-up).
+
+Reported: cost = step seconds / trained tokens for each method (summed over the kept steps of all
+repeats), their ratio IB-RL / unilateral (target <= 1.15), and the same ratio for the update phase
+alone (update_s / tokens), which isolates what IB-RL's second, separate update path costs.
+
+    python benchmarks/train_step_cost.py [--repeats 2] [--steps 3] [--warmup 1] [--lora] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
+from ibrl_bench.models.tiny import build_tiny_model
+from ibrl_bench.train import ibrl, unilateral
+
+
+class Capture:
+    """A StepLog stand-in that keeps each step's metrics in memory."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+
+    def log(self, step: int, **metrics: Any) -> None:
+        self.steps.append(metrics)
+
+
+def settings(args: argparse.Namespace, model: Path, out: Path) -> dict[str, Any]:
+    options: dict[str, Any] = {"model": f"hf:{model}", "device": "cpu"}
+    if args.lora:
+        options["lora"] = {"r": 8, "alpha": 16}
+    return dict(
+        model=options, domain="dealnodeal", split="train", out=str(out), steps=args.steps,
+        scenarios_per_step=args.scenarios_per_step, group_size=args.group_size, temperature=1.0,
+        max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, rollout_batch_size=64,
+        micro_batch_size=16, max_length=768, lr=1e-5, kl_coef=0.04, seed=0,
+    )
+
+
+def measure(method: str, args: argparse.Namespace, model: Path, work: Path) -> list[dict[str, Any]]:
+    base = settings(args, model, work / method)
+    log = Capture()
+    if method == "ibrl":
+        ibrl.run(ibrl.IBRLConfig(**base), log)
+    else:
+        counterpart = f"hf:{model}?temperature=1&max_new_tokens={args.max_new_tokens}&batch_size=64&device=cpu"
+        unilateral.run(unilateral.UnilateralConfig(**base, role="a", counterpart=counterpart), log)
+    return log.steps[args.warmup:]
+
+
+def cost(steps: list[dict[str, Any]], phase: str = "all") -> float:
+    seconds = sum(s["update_s"] if phase == "update" else s["rollout_s"] + s["update_s"] for s in steps)
+    return seconds / sum(s["tokens"] for s in steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--scenarios-per-step", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--lora", action="store_true", help="LoRA (IB-RL: two adapters on one shared base)")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args()
+    if args.steps <= args.warmup:
+        parser.error("--steps must exceed --warmup")
+
+    runs: dict[str, list[dict[str, Any]]] = {"ibrl": [], "unilateral": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = build_tiny_model(work / "tiny", seed=0)
+        for repeat in range(args.repeats):
+            for method in runs:
+                steps = measure(method, args, model, work / f"r{repeat}")
+                runs[method].extend(steps)
+                print(f"repeat {repeat} {method:10s} {cost(steps) * 1e3:8.2f} ms per trained token "
+                      f"({sum(s['tokens'] for s in steps):.0f} tokens in {len(steps)} steps)", flush=True)
+
+    result = {
+        method: {
+            "ms_per_trained_token": cost(steps) * 1e3,
+            "update_ms_per_trained_token": cost(steps, "update") * 1e3,
+            "trained_tokens": sum(s["tokens"] for s in steps),
+            "steps": len(steps),
+            "rollout_s": sum(s["rollout_s"] for s in steps),
+            "update_s": sum(s["update_s"] for s in steps),
+        }
+        for method, steps in runs.items()
+    }
+    result["ratio_ibrl_over_unilateral"] = cost(runs["ibrl"]) / cost(runs["unilateral"])
+    result["update_ratio_ibrl_over_unilateral"] = cost(runs["ibrl"], "update") / cost(runs["unilateral"], "update")
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
+    print(json.dumps(result, indent=2))
+    print(f"IB-RL / unilateral cost per trained token: {result['ratio_ibrl_over_unilateral']:.3f}x "
+          f"(update phase alone: {result['update_ratio_ibrl_over_unilateral']:.3f}x; target <= 1.15x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""IB-RL: Isolated Bilateral Reinforcement Learning (arXiv 2608.06735), with GRPO per role.
+
+Both roles of a domain are trainable policies that coevolve: every step they play joint rollouts
+against each other, each sampling from its current policy. Each role then optimizes its own
+reward through a fully separate path:
+
+    for each step t:
+        S_t  = the step's scenarios (train split)                       rollout.step_scenarios
+        for s in S_t, g in 1..G: episode(s, g) played by pi_a vs pi_b    rollout.collect
+        for role in (a, b):                      <- the two update paths part here
+            A_role[s, g] = normalize_g(r_role[s, 1..G])[g]               role_batch: own rewards,
+                                                                          own group, nothing of
+                                                                          the other role
+            mask_role    = 1 on the ids role generated, else 0           samples.collate
+            loss_role    = GRPO(pi_role, A_role, mask_role, pi_ref)       losses.grpo_loss
+            step role's own optimizer on role's own parameters          update_role
+
+Isolation. A role's samples are its own moves only (the other side's messages are in its prompt,
+under mask 0), its advantages come from its own rewards only, and its loss is backpropagated
+through its own policy only: with LoRA on a shared base, the other role's adapter is switched off
+and frozen during the forward (policy.Policy.active); without LoRA, the roles are two models. The
+optimizers hold disjoint parameters. No gradient is shared.
+
+Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed counterpart.
+
+Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
+`accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
+group normalization is local) and gradients are averaged across processes. Rollouts use HF
+`generate` through the project's hf: agent; with two adapters on one base, one `generate` call
+decodes both roles' moves, each row with its own role's adapter (rollout.policy_agents). vLLM
+rollouts are not implemented.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ibrl_bench.domains.base import Domain, Role, ScenarioSet
+from ibrl_bench.errors import UserError
+from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
+from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
+from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agents, shard, step_scenarios
+from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
+
+logger = logging.getLogger(__name__)
+
+
+class IBRLConfig(BaseModel):
+    """Hyperparameters of an IB-RL run (a recipe in training/ is one of these, as YAML)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelOptions  # what both roles start from (an hf: model; LoRA or full fine-tuning)
+    domain: str = "dealnodeal"
+    split: str = "train"  # scenarios to train on (train or dev; the test split is held out)
+    scenario_limit: int | None = Field(None, ge=1)  # use only the first N scenarios of the split
+    out: str  # output folder: one checkpoint folder per role, train_log.jsonl
+    # Rollouts.
+    steps: int = Field(100, ge=1)
+    scenarios_per_step: int = Field(8, ge=1)  # over all processes
+    group_size: int = Field(8, ge=2)  # G: episodes per scenario, the group of GRPO
+    temperature: float = Field(1.0, gt=0)  # sampling temperature of the rollouts (top_p is 1)
+    max_new_tokens: int = Field(64, ge=1)  # per move
+    max_turns: int | None = Field(None, ge=1)  # None: the domain's default
+    rollout_batch_size: int = Field(64, ge=1)  # moves decoded together by one generate call
+    # GRPO.
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_eps: float = Field(0.2, gt=0)
+    kl_coef: float = Field(0.04, ge=0)  # 0: no reference model, no reference forward
+    scale_rewards: bool = True  # False: advantages are centred, not divided by the group std
+    averaging: Literal["sequence", "token"] = "sequence"  # per-move token mean (the paper) or all tokens
+    updates_per_step: int = Field(1, ge=1)  # optimizer steps on one rollout batch (>1: the clip acts)
+    micro_batch_size: int = Field(8, ge=1)  # samples per forward/backward
+    max_length: int | None = Field(None, ge=16)  # truncate samples (prompt from the left) to this
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    # bf16 autocast on GPUs that have it; no fp16: its loss scaler would be shared by two optimizers
+    mixed_precision: Literal["no", "bf16"] = "no"
+    seed: int = 0
+
+    @field_validator("split")
+    @classmethod
+    def _not_test(cls, v: str) -> str:
+        if v == "test":
+            raise ValueError("the test split is held out for evaluation and the leaderboard; train on train (or dev)")
+        return v
+
+    def grpo(self) -> GRPOOptions:
+        return GRPOOptions(clip_eps=self.clip_eps, kl_coef=self.kl_coef, scale_rewards=self.scale_rewards,
+                           averaging=self.averaging)
+
+
+class StepLogger(Protocol):
+    def log(self, step: int, **metrics: Any) -> None: ...
+
+
+def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
+    """Train both roles; save one checkpoint per role under `out`; return each role's hf: spec."""
+    from ibrl_bench.domains import get_domain
+
+    accelerator = make_accelerator(config)
+    domain = get_domain(config.domain)
+    scenarios = domain.scenario_set(config.split, config.scenario_limit)
+    seed_everything(config.seed)
+    policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
+                             reference=config.kl_coef > 0, weight_decay=config.weight_decay)
+    logger.info("training %s", describe(policies))
+    prepare(accelerator, policies)
+    agents = make_agents(policies, domain, config)  # one agent for both roles when they share a base
+    try:
+        train(config, accelerator, domain, scenarios, policies, agents, log)
+    finally:
+        close_agents(agents)
+    return save(accelerator, policies, config.out)
+
+
+def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
+          policies: dict[Role, Policy], agents: dict[Role, Any], log: StepLogger | None) -> None:
+    """The loop of both trainers: joint rollouts, then one isolated update per trainable role."""
+    if config.scenarios_per_step % accelerator.num_processes:
+        # Every process must hold whole groups and take part in every backward (DDP waits for all).
+        raise UserError(f"scenarios_per_step={config.scenarios_per_step} does not split evenly over "
+                        f"{accelerator.num_processes} processes; make it a multiple of the process count")
+    for step in range(1, config.steps + 1):
+        started = time.perf_counter()
+        step_set = step_scenarios(scenarios, step, config.scenarios_per_step, config.seed)
+        mine = shard(step_set, accelerator.process_index, accelerator.num_processes)
+        groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies), config.max_turns)
+        rolled = time.perf_counter()
+        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
+        metrics.update(update_all(policies, groups, config, accelerator))
+        trained_tokens = metrics.pop("tokens")
+        seconds = time.perf_counter() - started
+        metrics.update(rollout_s=rolled - started, update_s=seconds - (rolled - started),
+                       tokens=trained_tokens, tokens_per_s=trained_tokens / max(seconds, 1e-9))
+        if log is not None and accelerator.is_main_process:
+            log.log(step, **metrics)
+
+
+def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig, accelerator: Any) -> dict[str, Any]:
+    """One GRPO update per trainable role on the same rollouts; per-role statistics."""
+    metrics: dict[str, Any] = {"tokens": 0}
+    for role, policy in policies.items():  # the update paths part: nothing crosses roles below
+        samples, advantages = role_batch(groups, role, config.grpo())
+        stats = update_role(policy, samples, advantages, config, accelerator)
+        metrics["tokens"] += int(stats.pop("tokens", 0))
+        for key, value in stats.items():
+            metrics.setdefault(key, {})[role] = value
+    return metrics
+
+
+def role_batch(groups: list[Group], role: Role, options: GRPOOptions) -> tuple[list[Sample], list[float]]:
+    """Role's moves and their advantages. Where the per-role advantages are computed: from
+    `role`'s rewards only, normalized within each scenario's group only."""
+    samples: list[Sample] = []
+    advantages: list[float] = []
+    for group in groups:
+        adv = group_advantages(group.rewards(role), options.scale_rewards, options.adv_eps)  # [G]
+        for rollout, a in zip(group.rollouts, adv):
+            for sample in rollout.samples[role]:  # every move of the episode shares its advantage
+                samples.append(sample)
+                advantages.append(a)
+    return samples, advantages
+
+
+def update_role(policy: Policy, samples: list[Sample], advantages: list[float], config: IBRLConfig,
+                accelerator: Any) -> dict[str, float]:
+    """GRPO on one role's samples, one role's optimizer. Returns loss, kl, entropy, clip fraction."""
+    import torch
+
+    if not samples:
+        return {}
+    options = config.grpo()
+    pad_id = policy.tokenizer.pad_token_id
+    # The action mask is built here (collate: 1 on the role's generated ids, from lengths).
+    chunks = [range(i, min(i + config.micro_batch_size, len(samples)))
+              for i in range(0, len(samples), config.micro_batch_size)]
+    batches = [collate([samples[i] for i in c], pad_id, config.max_length) for c in chunks]
+    batches = [_to(b, accelerator.device) for b in batches]
+    adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32, device=accelerator.device) for c in chunks]
+    total_tokens = float(sum(b.action_mask.sum() for b in batches))
+    refs: list[Any] = [None] * len(batches)
+    if options.kl_coef > 0:  # kl_coef == 0: no reference forward at all
+        with policy.reference() as reference, accelerator.autocast():
+            refs = [token_logprobs(reference, b, config.temperature) for b in batches]
+    totals: dict[str, float] = {}
+    with policy.active() as model:
+        truncated = old_logprobs_where_truncated(model, samples, chunks, batches, config, accelerator)
+        for _ in range(config.updates_per_step):
+            policy.optimizer.zero_grad(set_to_none=True)
+            for k, (batch, a, ref) in enumerate(zip(batches, adv, refs)):
+                with accelerator.autocast():
+                    logprobs, entropy = token_logprobs_and_entropy(model, batch, config.temperature)
+                loss, stats = grpo_loss(logprobs, batch.old_logprobs, ref, a, batch.action_mask, options,
+                                        total_tokens=total_tokens, total_samples=float(len(samples)))
+                sync = accelerator.no_sync(model) if k < len(batches) - 1 else nullcontext()
+                with sync:
+                    accelerator.backward(loss)
+                # Statistics weighted by tokens, so the step's value is the mean over its tokens.
+                n = stats["tokens"]
+                stats["entropy"] = float((entropy * batch.action_mask).sum()) / max(n, 1.0)
+                stats["loss"] = float(loss.detach())
+                for key in ("kl", "clip_frac", "ratio", "entropy"):
+                    totals[key] = totals.get(key, 0.0) + stats[key] * n / max(total_tokens, 1.0)
+                totals["loss"] = totals.get("loss", 0.0) + stats["loss"] / config.updates_per_step
+            if config.max_grad_norm is not None:
+                accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            policy.optimizer.step()
+    for key in ("kl", "clip_frac", "ratio", "entropy"):
+        totals[key] /= config.updates_per_step
+    totals["tokens"] = total_tokens  # distinct tokens trained on, however many updates reuse them
+    totals["truncated"] = truncated / len(samples)
+    return totals
+
+
+def old_logprobs_where_truncated(model: Any, samples: list[Sample], chunks: list[range], batches: list[Any],
+                                 config: IBRLConfig, accelerator: Any) -> int:
+    """pi_old for the samples that `max_length` cut; returns how many there were.
+
+    A cut sample was generated from a longer prompt than the loss now feeds the model, so the
+    log-probabilities recorded at sampling are not pi_old on this input, and their ratio would
+    measure the cut, not the update. For those rows pi_old is the policy before this update on the
+    cut input: one forward without gradient. Samples that fit keep the sampler's values.
+    """
+    import torch
+
+    if config.max_length is None:
+        return 0
+    count = 0
+    for chunk, batch in zip(chunks, batches):
+        rows = [j for j, i in enumerate(chunk)
+                if len(samples[i].prompt_ids) + len(samples[i].completion_ids) > config.max_length]
+        if not rows:
+            continue
+        count += len(rows)
+        with torch.no_grad(), accelerator.autocast():
+            recomputed = token_logprobs(model, batch, config.temperature) * batch.action_mask  # [B, T]
+        batch.old_logprobs[rows] = recomputed[rows]
+    return count
+
+
+def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:
+    """Each role's mean reward over the step's rollouts, on all processes (equal shares each)."""
+    import torch
+
+    rollouts = [r for g in groups for r in g.rollouts]
+    local = torch.tensor([sum(r.reward(role) for r in rollouts) / max(len(rollouts), 1) for role in roles],
+                         device=accelerator.device)
+    overall = accelerator.reduce(local, reduction="mean") if accelerator.num_processes > 1 else local
+    return dict(zip(roles, overall.tolist()))
+
+
+def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig) -> dict[Role, Any]:
+    return policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size)
+
+
+def make_accelerator(config: IBRLConfig) -> Any:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    # Under DDP, the role not being updated has parameters outside the graph of the backward.
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
+    cpu = config.model.device == "cpu"
+    return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, kwargs_handlers=[ddp])
+
+
+def on_device(options: ModelOptions, accelerator: Any) -> ModelOptions:
+    """Load straight onto this process's device (cuda:RANK), not every process onto cuda:0."""
+    return options.model_copy(update={"device": str(accelerator.device)})
+
+
+def prepare(accelerator: Any, policies: dict[Role, Policy]) -> None:
+    """Hand models and optimizers to accelerate (one wrap per distinct model).
+
+    Supported: one process (CPU or GPU) and data parallelism (DDP: `accelerate launch
+    --multi_gpu`), where every process holds the whole model, generates with it and averages
+    gradients. FSDP and DeepSpeed are refused: generating from sharded parameters needs them
+    gathered around every `generate`, and DeepSpeed binds one optimizer to a model, while IB-RL on
+    a shared base has one per role; neither is written here.
+    """
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise UserError(f"the RL trainers run on one device or with DDP (accelerate launch --multi_gpu), "
+                        f"not {accelerator.distributed_type.value}; use a multi-GPU config without FSDP/DeepSpeed")
+    prepared: dict[int, Any] = {}
+    for policy in policies.values():
+        key = id(policy.model)
+        if key not in prepared:
+            prepared[key] = accelerator.prepare_model(policy.model)
+        policy.model = prepared[key]
+        policy.optimizer = accelerator.prepare_optimizer(policy.optimizer)
+        if policy.reference_model is not None:
+            policy.reference_model.to(accelerator.device)
+
+
+def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role, str]:
+    specs: dict[Role, str] = {}
+    accelerator.wait_for_everyone()
+    for role, policy in policies.items():
+        folder = Path(out) / f"checkpoint-{role}"
+        if accelerator.is_main_process:
+            specs[role] = policy.save(folder)
+    return specs
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _to(batch: Any, device: Any) -> Any:
+    from ibrl_bench.train.samples import Batch
+
+    return Batch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.action_mask, batch.old_logprobs)))

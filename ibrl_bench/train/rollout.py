@@ -1,0 +1,156 @@
+"""Rollouts for both trainers: groups of G episodes per scenario, played by the runner's one
+dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
+
+A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
+`policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
+and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
+as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
+any agent; it does not trace and yields no samples.
+
+Rewards come from the domain's outcome (`Outcome.rewards[role]`), one scalar per role per
+episode. The advantage computation (losses.py) sees a role's rewards within its own group only.
+
+Seeds: episode `g` of scenario `s` at step `t` plays with a seed hashed from (run seed, t, s, g),
+and the hf: backend derives each move's sampling stream from the episode seed (agents/generation.py),
+so the same run seed gives the same rollouts whatever the batching or the number of processes.
+
+Several processes (accelerate) split a step's scenarios between them, whole groups at a time
+(`shard`), so a group is always normalized where it was played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, Turn
+from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.train.samples import Sample
+
+
+@dataclass
+class Rollout:
+    """One episode: its outcome and, for every traced role, that role's moves in order."""
+
+    scenario_id: str
+    seed: int
+    outcome: Outcome
+    samples: dict[Role, list[Sample]]
+    transcript: list[Turn]  # the episode as the domain recorded it, for reading and debugging
+
+    def reward(self, role: Role) -> float:
+        return self.outcome.rewards[role]
+
+
+@dataclass
+class Group:
+    """The G rollouts of one scenario in one step: the unit of advantage normalization."""
+
+    scenario: Scenario
+    rollouts: list[Rollout]
+
+    def rewards(self, role: Role) -> list[float]:
+        return [r.reward(role) for r in self.rollouts]
+
+
+def episode_seed(seed: int, step: int, scenario_id: str, index: int) -> int:
+    key = f"{seed}|{step}|{scenario_id}|{index}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") >> 1
+
+
+def step_scenarios(scenarios: ScenarioSet, step: int, per_step: int, seed: int) -> list[Scenario]:
+    """The scenarios of `step`: the split walked in a seeded order, reshuffled every epoch."""
+    pool = list(scenarios.scenarios)
+    if not pool:
+        raise ValueError(f"scenario set {scenarios.domain}/{scenarios.split} is empty")
+    out: list[Scenario] = []
+    position = step * per_step
+    while len(out) < per_step:
+        epoch, offset = divmod(position, len(pool))
+        order = list(range(len(pool)))
+        random.Random(f"{seed}|{epoch}").shuffle(order)
+        out.append(pool[order[offset]])
+        position += 1
+    return out
+
+
+def shard(items: Sequence[Any], index: int, count: int) -> list[Any]:
+    """This process's share of `items` (whole items; every item goes to exactly one process)."""
+    return list(items[index::count])
+
+
+def collect(
+    domain: Domain,
+    scenarios: Sequence[Scenario],
+    agents: Mapping[Role, Agent],
+    group_size: int,
+    seed: int,
+    step: int,
+    traced: Sequence[Role],
+    max_turns: int | None = None,
+) -> list[Group]:
+    """Play `group_size` episodes of every scenario, all concurrently (so a model's batcher
+    decodes moves of many episodes together), and return one group per scenario."""
+    return asyncio.run(_collect(domain, scenarios, agents, group_size, seed, step, traced, max_turns))
+
+
+async def _collect(domain, scenarios, agents, group_size, seed, step, traced, max_turns) -> list[Group]:
+    jobs = [(i, episode_seed(seed, step, s.id, g)) for i, s in enumerate(scenarios) for g in range(group_size)]
+    results = await asyncio.gather(*(play_episode(domain, scenarios[i], agents, ep_seed, max_turns) for i, ep_seed in jobs))
+    groups = [Group(scenario=s, rollouts=[]) for s in scenarios]
+    for (i, ep_seed), result in zip(jobs, results):
+        samples: dict[Role, list[Sample]] = {}
+        for role in traced:
+            moves = []
+            for reply in result.replies[role]:
+                if reply.trace is None:
+                    raise RuntimeError(f"the agent of role {role} did not trace its moves; it cannot be trained")
+                t = reply.trace
+                moves.append(Sample(prompt_ids=t.prompt_ids, completion_ids=t.completion_ids, logprobs=t.logprobs))
+            samples[role] = moves
+        rollout = Rollout(scenarios[i].id, ep_seed, result.outcome, samples, result.state.transcript)
+        groups[i].rollouts.append(rollout)
+    return groups
+
+
+def close_agents(agents: Mapping[Role, Agent]) -> None:
+    """Release what the agents hold (batcher threads, HTTP clients of API counterparts), each once."""
+
+    async def close() -> None:
+        for agent in {id(a): a for a in agents.values()}.values():
+            await agent.aclose()
+
+    asyncio.run(close())
+
+
+def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
+                  batch_size: int) -> dict[Role, Agent]:
+    """hf: agents that play with the live policies and trace their moves, one per model.
+
+    Policies that are adapters on one shared base get ONE agent: its batches mix both roles' moves,
+    each row decoded with its own role's adapter (so the roles' episodes are batched together, as
+    they would be with one model). Policies that are models of their own get an agent each.
+    """
+    from ibrl_bench.agents.hf_local import HFAgent, HFParams
+
+    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5)
+    by_model: dict[int, list[Role]] = {}
+    for role, policy in policies.items():
+        by_model.setdefault(id(policy.generation_model()), []).append(role)
+    agents: dict[Role, Agent] = {}
+    for roles in by_model.values():
+        first = policies[roles[0]]
+        model = first.generation_model()
+        adapters = {role: policies[role].adapter for role in roles}
+        if any(a is None for a in adapters.values()):
+            adapters = None  # plain models: one policy per model, nothing to pick
+        max_positions = getattr(model.config, "max_position_embeddings", None)
+        agent = HFAgent(model, first.tokenizer, params, domain, max_positions, trace=True, adapters=adapters)
+        agent.spec = "policy:" + "+".join(roles)
+        agents.update({role: agent for role in roles})
+    return agents

@@ -183,7 +183,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     chunks = [range(i, min(i + config.micro_batch_size, len(samples)))
               for i in range(0, len(samples), config.micro_batch_size)]
     batches = [collate([samples[i] for i in c], pad_id, config.max_length) for c in chunks]
-    batches = [_to(b, accelerator.device) for b in batches]
+    batches = [b.to(accelerator.device) for b in batches]
     adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32, device=accelerator.device) for c in chunks]
     total_tokens = float(sum(b.action_mask.sum() for b in batches))
     refs: list[Any] = [None] * len(batches)
@@ -317,8 +317,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
 
-
-def _to(batch: Any, device: Any) -> Any:
-    from ibrl_bench.train.samples import Batch
-
-    return Batch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.action_mask, batch.old_logprobs)))

@@ -46,6 +46,9 @@ class Batch:
     action_mask: Any  # FloatTensor [B, T]: 1 on completion tokens
     old_logprobs: Any  # FloatTensor [B, T]: sampling log-probabilities where action_mask is 1, else 0
 
+    def to(self, device: Any) -> Batch:
+        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs)))
+
 
 def truncate(sample: Sample, max_length: int) -> Sample:
     """`sample` cut to at most `max_length` tokens: prompt from the left, then completion from the right."""

@@ -263,7 +263,7 @@ def mean_loss(model: Any, samples: list[Sample], pad_id: int, max_length: int, b
     total, tokens = 0.0, 0.0
     with torch.no_grad():
         for i in range(0, len(samples), batch_size):
-            batch = _to(collate(samples[i:i + batch_size], pad_id, max_length), device)
+            batch = collate(samples[i:i + batch_size], pad_id, max_length).to(device)
             loss, n = imitation_loss(model, batch)
             total += float(loss) * float(n)
             tokens += float(n)
@@ -312,7 +312,7 @@ def run(config: SFTConfig, log: Any) -> str:
     for step in range(1, config.steps + 1):
         # Every process draws the same global batch (same seed, same order) and takes its share.
         indices = order.take(config.batch_size)[rank::world]
-        batch = _to(collate([data.train[i] for i in indices], pad_id, config.max_length), device)
+        batch = collate([data.train[i] for i in indices], pad_id, config.max_length).to(device)
         tick = time.perf_counter()
         with policy.active(), accelerator.autocast():
             loss, n_tokens = imitation_loss(model, batch)
@@ -371,11 +371,6 @@ class _Shuffler:
         taken, self.queue = self.queue[:k], self.queue[k:]
         return taken
 
-
-def _to(batch: Any, device: Any) -> Any:
-    from ibrl_bench.train.samples import Batch
-
-    return Batch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.action_mask, batch.old_logprobs)))
 
 
 def prompt_budget(model: Any, max_new_tokens: int) -> int | None:

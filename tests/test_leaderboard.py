@@ -155,10 +155,11 @@ def test_a_declared_training_counterpart_gives_the_mismatch_column(env):
 @pytest.mark.slow
 def test_submit_verify_build_show_on_the_command_line(env):
     bundle = env / "bundle"
+    # A relative bundle path, as `submit` makes by default.
     proc = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
-                "--out", str(env / "run"), "--bundle", str(bundle), "--quiet", cwd=env)
+                "--out", str(env / "run"), "--bundle", "bundle", "--quiet", cwd=env)
     assert proc.returncode == 0, proc.stderr
-    assert f"bundle: {bundle} (16 episodes" in proc.stdout
+    assert "bundle: bundle (16 episodes" in proc.stdout
     again = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
                  "--out", str(env / "run"), "--bundle", str(bundle), "--quiet", cwd=env)
     assert_one_line_error(again, "is not empty")  # a bundle is never overwritten

@@ -61,6 +61,7 @@ def bundle_folder(path: str | Path) -> Path:
 def member(root: Path, name: str) -> Path:
     """The path of a file the bundle names, refused unless it is one of the bundle's own plain
     files, under its size cap."""
+    root = root.resolve()  # a bundle named by a relative path (the default of `submit`) compares resolved
     rel = PurePosixPath(name)
     if rel.is_absolute() or ".." in rel.parts or len(rel.parts) != 1 or "\\" in name:
         raise BundleRefused(f"refused {root}: the path {name!r} leaves the bundle folder; name files inside it")

@@ -241,3 +241,15 @@ def test_report_command(run_folder, tmp_path, capsys):
     data = json.loads(text.split('id="episodes-data">', 1)[1].split("</script>", 1)[0])
     assert len(data["episodes"]) == 50 and data["total"] == 288
     assert len({(e["p"], e["c"], e["r"]) for e in data["episodes"]}) == 18  # every cell kept
+
+
+def test_an_interval_with_a_negative_bound_is_not_written_with_a_dash():
+    from ibrl_bench.report.terminal import fmt
+    from ibrl_bench.stats.intervals import Interval
+
+    def iv(est, low, high):
+        return Interval(estimate=est, low=low, high=high, method="t", confidence=0.95, n=10, n_clusters=10)
+
+    assert fmt(iv(0.94, 0.84, 0.98), percent=True) == "94 [84-98]"
+    assert fmt(iv(-0.01, -0.06, 0.08), percent=True) == "-1 [-6, 8]"
+    assert fmt(iv(-2.5, -3.0, -2.0), percent=False) == "-2.5 [-3.0, -2.0]"

@@ -23,8 +23,8 @@ COLUMNS = [
 
 
 def fmt(iv: Interval | None, percent: bool, stacked: bool = False) -> str:
-    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores; the interval on a second
-    line when `stacked` (narrow terminals)."""
+    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores, `-1 [-6, 8]` when a bound is
+    negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
     if iv is None or iv.estimate is None:
         return "n/a"
     scale, spec = (100, ".0f") if percent else (1, ".1f")
@@ -32,7 +32,8 @@ def fmt(iv: Interval | None, percent: bool, stacked: bool = False) -> str:
     if iv.low is None or iv.high is None:
         return est
     sep = "\n" if stacked else " "
-    return f"{est}{sep}[{format(iv.low * scale, spec)}-{format(iv.high * scale, spec)}]"
+    join = ", " if min(iv.low, iv.high) < 0 else "-"
+    return f"{est}{sep}[{format(iv.low * scale, spec)}{join}{format(iv.high * scale, spec)}]"
 
 
 def short(spec: str, domain: str) -> str:

@@ -749,7 +749,10 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("interrupted")
         sys.exit(130)
     except KeyboardInterrupt:
-        err_console.print("interrupted; rerun the same command with the same --out to resume")
+        # Only runs that keep a run folder resume; a trainer rerun starts over.
+        command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+        resumable = command in ("crossplay", "submit")
+        err_console.print("interrupted; rerun the same command with the same --out to resume" if resumable else "interrupted")
         sys.exit(130)
     except UserError as e:
         err_console.print(f"error: {scrub(str(e))}", markup=False, highlight=False, soft_wrap=True)

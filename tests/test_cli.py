@@ -155,3 +155,17 @@ def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(tm
     assert proc.returncode == 2
     assert "infrastructure errors" in proc.stderr and "rerun the same command" in proc.stderr
     assert json.loads((out / "results.json").read_text())["complete"] is False
+
+
+@pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True), (["train", "sft", "--recipe", "r.yaml"], False)])
+def test_ctrl_c_promises_a_resume_only_where_a_run_folder_resumes(argv, resumable, monkeypatch, capsys):
+    from ibrl_bench import cli as cli_module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_module.main(argv)
+    assert exit_info.value.code == 130
+    assert ("to resume" in capsys.readouterr().err) is resumable

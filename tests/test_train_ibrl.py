@@ -184,7 +184,9 @@ def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(base
     policy = load_policies(options, ["a"], lr=1e-2, reference=True)["a"]
     ids = torch.tensor([[5, 17, 42, 9, 3]])
     with torch.no_grad(), policy.reference() as ref:
-        assert torch.allclose(ref(input_ids=ids).logits, warmed(input_ids=ids).logits, atol=1e-5)
+        # Merged vs unmerged adapter: the same function up to float32 rounding of logits near 10
+        # (differences of 5e-6 to 1e-5 seen), so the tolerance is relative to that size.
+        assert torch.allclose(ref(input_ids=ids).logits, warmed(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
     with policy.active() as model:  # one step on some loss, so the trained policy moves away
         model(input_ids=ids).logits[0, -1, :8].sum().backward()
         policy.optimizer.step()
@@ -194,7 +196,7 @@ def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(base
     saved = load_model(resolve_source(str(tmp_path / "ckpt")), device="cpu").model
     with torch.no_grad(), policy.active() as model:
         live = model(input_ids=ids).logits
-        assert torch.allclose(live, saved(input_ids=ids).logits, atol=1e-5)
+        assert torch.allclose(live, saved(input_ids=ids).logits, rtol=1e-5, atol=1e-4)  # merged on save: float32 rounding, as above
         assert not torch.allclose(live, warmed(input_ids=ids).logits, atol=1e-4)
 
 

@@ -9,9 +9,9 @@ scenario and seed, and at every recorded move of an imitated role the sample is
                  exactly the ids an hf: agent feeds the model for that move (same template, same cut)
     completion = the recorded message, tokenized once, + the end-of-turn (eos) token
 
-and then the recorded text is applied. A replay that does not reproduce the recorded transcript
-order and outcome (another harness version, another scenario set) is skipped and counted, never
-trained on. The recipe picks what to imitate: which roles, which agents' moves, and which episodes
+and then the recorded text is applied. A replay (runner/replay.py) that does not reproduce the
+recorded transcript and outcome (another harness version, another scenario set) is skipped and
+counted, never trained on. The recipe picks what to imitate: which roles, which agents' moves, and which episodes
 (all, agreements only, successes only).
 
 Loss. The mean negative log-likelihood of the completion tokens, over all completion tokens of the
@@ -44,6 +44,7 @@ from ibrl_bench.domains.base import Domain, Observation, Role
 from ibrl_bench.errors import UserError
 from ibrl_bench.models.tiny import TinyConfig
 from ibrl_bench.runner.store import EpisodeRecord
+from ibrl_bench.runner.replay import ReplayMismatch, replay_moves
 from ibrl_bench.train.policy import ModelOptions
 from ibrl_bench.train.samples import Sample
 
@@ -97,10 +98,6 @@ class SFTConfig(BaseModel):
 # -- samples from transcripts -----------------------------------------------------------------
 
 
-class ReplayMismatch(Exception):
-    """The domain, replaying a recorded episode, does not reach the recorded transcript or outcome."""
-
-
 @dataclass
 class Move:
     role: Role
@@ -111,28 +108,8 @@ class Move:
 
 def replay(domain: Domain, record: EpisodeRecord, scenario: Any, max_turns: int) -> list[Move]:
     """Every move of `record`, with the observation its role had, or ReplayMismatch."""
-    state = domain.start(scenario, record.seed, max_turns)
-    if record.starter is not None and state.starter != record.starter:
-        raise ReplayMismatch(f"starter {state.starter}, recorded {record.starter}")
-    turns = iter(record.transcript)
-    moves: list[Move] = []
-    while not state.over:
-        movers = domain.to_move(state)
-        # As the episode loop does: observe every simultaneous mover before applying any move.
-        observations = [domain.observe(state, role) for role in movers]
-        for role, obs in zip(movers, observations):
-            turn = next(turns, None)
-            if turn is None or turn.role != role:
-                raise ReplayMismatch(f"expected a move of {role}, recorded {turn.role if turn else 'nothing'}")
-            moves.append(Move(role, obs, turn.text, record.agents[role]))
-            domain.apply(state, role, turn.text)
-    if next(turns, None) is not None:
-        raise ReplayMismatch("the game ended before the recorded transcript did")
-    got, want = domain.outcome(state), record.outcome
-    for name in ("status", "rewards", "agreement", "success"):
-        if getattr(got, name) != getattr(want, name):
-            raise ReplayMismatch(f"{name} {getattr(got, name)!r}, recorded {getattr(want, name)!r}")
-    return moves
+    return [Move(turn.role, obs, turn.text, record.agents[turn.role])
+            for group in replay_moves(domain, scenario, record, max_turns) for obs, turn in group]
 
 
 def completion_ids(tokenizer: Any, text: str) -> list[int]:

@@ -643,12 +643,14 @@ def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_token
 @click.option("--train-counterpart", default=None, metavar="SPEC",
               help="The counterpart the policy trained against; adds its episodes, for the mismatch column.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
+@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="Seconds one move may take (raise it for local models on a CPU).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Run folder (default runs/submit/DOMAIN-TRACK-NAME); the same command resumes it.")
+              help="Run folder (default runs/submit/DOMAIN/TRACK/NAME); the same command resumes it.")
 @click.option("--bundle", type=click.Path(file_okay=False), default=None,
               help="Bundle folder to write (default leaderboards/DOMAIN/TRACK/submissions/NAME-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def submit(track_ref, policy, name, org, train_counterpart, concurrency, out, bundle, quiet) -> None:
+def submit(track_ref, policy, name, org, train_counterpart, concurrency, move_timeout, out, bundle, quiet) -> None:
     """Run a track's suite for a policy and write a submission bundle.
 
     The run is an ordinary cross-play run: rerunning the same command resumes it. The bundle
@@ -661,7 +663,7 @@ def submit(track_ref, policy, name, org, train_counterpart, concurrency, out, bu
 
     track = load_track(track_ref)
     check_pins(track)
-    config = sub.suite_config(track, policy, train_counterpart, concurrency)
+    config = sub.suite_config(track, policy, train_counterpart, concurrency, move_timeout)
     out_path = Path(out) if out else sub.default_run_folder(track, name)
     bundle_path = Path(bundle) if bundle else sub.default_bundle_folder(track, name)
     sub.check_bundle_folder(bundle_path)  # before the run, not after it

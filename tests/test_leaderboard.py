@@ -17,7 +17,7 @@ from ibrl_bench.domains import get_domain
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.board import Entry, build_board, rank_entries, render_md, write_board
 from ibrl_bench.leaderboard.files import BundleRefused
-from ibrl_bench.leaderboard.submit import make_bundle, suite_config
+from ibrl_bench.leaderboard.submit import default_run_folder, make_bundle, suite_config
 from ibrl_bench.leaderboard.track import Track, check_pins, current_pins, load_track
 from ibrl_bench.leaderboard.verify import verify_bundle
 from ibrl_bench.runner.crossplay import Crossplay, episode_key
@@ -150,6 +150,19 @@ def test_a_declared_training_counterpart_gives_the_mismatch_column(env):
     assert entry.mismatch == gap and entry.train_counterpart == "scripted:dealnodeal/conceder"
     # The training counterpart is not part of the held-out estimate.
     assert "scripted:dealnodeal/conceder" not in entry.per_counterpart
+
+
+@pytest.mark.slow
+def test_submit_defaults_keep_tracks_apart_and_pass_the_move_timeout(env):
+    # Track `tiny` + name "x y" and a track `tiny-x` + name "y" must not share a run folder.
+    track = load_track("dealnodeal/tiny")
+    other = track.model_copy(update={"name": "tiny-x"})
+    assert default_run_folder(track, "x y") != default_run_folder(other, "y")
+    proc = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
+                "--move-timeout", "7.5", "--bundle", "bundle", "--quiet", cwd=env)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((env / default_run_folder(track, "Boulware CLI") / "manifest.json").read_text())
+    assert manifest["config"]["move_timeout"] == 7.5
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "submission"
 
 
-def suite_config(track: Track, policy: str, train_counterpart: str | None, concurrency: int) -> CrossplayConfig:
+def suite_config(track: Track, policy: str, train_counterpart: str | None, concurrency: int,
+                 move_timeout: float | None = 120.0) -> CrossplayConfig:
     if train_counterpart in track.counterparts:
         raise UserError(f"--train-counterpart {train_counterpart} is in the track's held-out panel; a policy "
                         "trained against a panel member has no held-out score there: submit to another track")
@@ -35,12 +36,14 @@ def suite_config(track: Track, policy: str, train_counterpart: str | None, concu
     return CrossplayConfig(
         domain=track.domain, policies=[policy], counterparts=track.counterparts + extra, roles=track.roles,
         split=track.split, scenarios=track.scenarios.n, seeds=track.seeds, max_turns=track.max_turns,
-        concurrency=concurrency,
+        concurrency=concurrency, move_timeout=move_timeout,
     )
 
 
 def default_run_folder(track: Track, name: str) -> Path:
-    return Path("runs") / "submit" / f"{track.domain}-{track.name}-{slug(name)}"
+    # One folder level per part: joined with '-', track `offline` + name "scripted x" and track
+    # `offline-scripted` + name "x" would share a folder.
+    return Path("runs") / "submit" / track.domain / track.name / slug(name)
 
 
 def default_bundle_folder(track: Track, name: str, root: Path | None = None) -> Path:

@@ -561,6 +561,7 @@ def train(method, recipe, quiet, overrides) -> None:
     """
     import yaml
 
+    from ibrl_bench.train import resume
     from ibrl_bench.train.recipes import RECIPE_VERSION, load_recipe, trainer
     from ibrl_bench.train.steplog import StepLog
 
@@ -575,7 +576,11 @@ def train(method, recipe, quiet, overrides) -> None:
         out.mkdir(parents=True, exist_ok=True)
         resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
         (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    step_log = StepLog(out, config.steps, method, quiet=quiet, console=err_console) if main_process else _NoLog()
+    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state
+    if done and main_process:
+        err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)
+    step_log = (StepLog(out, config.steps, method, quiet=quiet, console=err_console, resume_after=done)
+                if main_process else _NoLog())
     with step_log as log:
         result = module.run(config, log)
     if not main_process:
@@ -751,10 +756,14 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("interrupted")
         sys.exit(130)
     except KeyboardInterrupt:
-        # Only runs that keep a run folder resume; a trainer rerun starts over.
-        command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
-        resumable = command in ("crossplay", "submit")
-        err_console.print("interrupted; rerun the same command with the same --out to resume" if resumable else "interrupted")
+        # Only what keeps its progress on disk resumes: run folders, and RL trainings (resume.py).
+        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+        if words[:1] in (["crossplay"], ["submit"]):
+            err_console.print("interrupted; rerun the same command with the same --out to resume")
+        elif words[:2] in (["train", "ibrl"], ["train", "unilateral"]):
+            err_console.print("interrupted; rerun the same command to resume from the last saved step (save_every)")
+        else:
+            err_console.print("interrupted")
         sys.exit(130)
     except UserError as e:
         err_console.print(f"error: {scrub(str(e))}", markup=False, highlight=False, soft_wrap=True)

@@ -157,7 +157,8 @@ def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(tm
     assert json.loads((out / "results.json").read_text())["complete"] is False
 
 
-@pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True), (["train", "sft", "--recipe", "r.yaml"], False)])
+@pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True), (["train", "sft", "--recipe", "r.yaml"], False),
+                                             (["train", "ibrl", "--recipe", "r.yaml"], True)])
 def test_ctrl_c_promises_a_resume_only_where_a_run_folder_resumes(argv, resumable, monkeypatch, capsys):
     from ibrl_bench import cli as cli_module
 

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
+from ibrl_bench.train import resume
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
 from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agents, shard, step_scenarios
@@ -84,6 +85,8 @@ class IBRLConfig(BaseModel):
     # bf16 autocast on GPUs that have it; no fp16: its loss scaler would be shared by two optimizers
     mixed_precision: Literal["no", "bf16"] = "no"
     seed: int = 0
+    # Write out/resume/state.pt every N steps and after the last; a rerun continues from it (resume.py).
+    save_every: int = Field(10, ge=1)
 
     @field_validator("split")
     @classmethod
@@ -128,7 +131,10 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
         # Every process must hold whole groups and take part in every backward (DDP waits for all).
         raise UserError(f"scenarios_per_step={config.scenarios_per_step} does not split evenly over "
                         f"{accelerator.num_processes} processes; make it a multiple of the process count")
-    for step in range(1, config.steps + 1):
+    done = resume.restore(config, policies)  # 0 unless out/ holds a state of this recipe
+    if done:
+        logger.info("resuming %s after step %d of %d", config.out, done, config.steps)
+    for step in range(done + 1, config.steps + 1):
         started = time.perf_counter()
         step_set = step_scenarios(scenarios, step, config.scenarios_per_step, config.seed)
         mine = shard(step_set, accelerator.process_index, accelerator.num_processes)
@@ -142,6 +148,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
                        tokens=trained_tokens, tokens_per_s=trained_tokens / max(seconds, 1e-9))
         if log is not None and accelerator.is_main_process:
             log.log(step, **metrics)
+        if step % config.save_every == 0 or step == config.steps:
+            resume.save(config, step, policies, accelerator)
 
 
 def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig, accelerator: Any) -> dict[str, Any]:

@@ -12,11 +12,13 @@ scalar). Non-finite numbers are written as the strings "nan", "inf", "-inf": the
 JSON (Python's NaN is not), and a diverged loss is still visible. Read it with
 `pandas.read_json(path, lines=True)`.
 
-Reruns. The trainers start from their configured model every time; they do not resume mid-run. So
-a log already in the folder belongs to an earlier training and is never appended to: it is renamed
-to `train_log.1.jsonl` (then `.2`, ...: the first free number, so older logs are never overwritten)
-with a warning, and the new training starts a fresh `train_log.jsonl`. Within one log, steps must
-increase; a repeated or decreasing step raises, because it would mean two trainings in one file.
+Reruns. An RL training that resumes from its saved state (resume.py) continues its log:
+`StepLog(..., resume_after=N)` keeps the lines of steps 1..N and drops later ones (those steps are
+trained again). Any other rerun starts a new training, and a log already in the folder is never
+appended to: it is renamed to `train_log.1.jsonl` (then `.2`, ...: the first free number, so older
+logs are never overwritten) with a warning, and the new training starts a fresh `train_log.jsonl`.
+Within one log, steps must increase; a repeated or decreasing step raises, because it would mean
+two trainings in one file.
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ MAX_SHOWN = 6
 
 class StepLog:
     def __init__(self, folder: str | Path, total_steps: int, description: str, quiet: bool = False,
-                 console: Console | None = None):
+                 console: Console | None = None, resume_after: int = 0):
         self.folder = Path(folder)
         self.path = self.folder / LOG_NAME
         self.total_steps = total_steps
         self.description = description
         self.last_step: int | None = None
         self.archived: Path | None = None  # where an earlier training's log was moved, if any
+        self.resume_after = resume_after  # steps of this training already done and logged
         self._file = None
         self._start = 0.0
         self._progress = Progress(
@@ -60,15 +63,21 @@ class StepLog:
 
     def __enter__(self) -> StepLog:
         self.folder.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        kept: list[str] = []
+        if self.path.exists() and self.resume_after:
+            kept = _lines_until(self.path, self.resume_after)
+            self.last_step = json.loads(kept[-1])["step"] if kept else None
+        elif self.path.exists():
             self.archived = _free_name(self.folder)
             self.path.rename(self.archived)
             log.warning("%s held the log of an earlier training; moved it to %s", self.path, self.archived.name)
         # Line-buffered text: every line reaches the kernel when it is written.
         self._file = open(self.path, "w", buffering=1, encoding="utf-8")
+        self._file.writelines(line + "\n" for line in kept)
         self._start = time.perf_counter()
         self._progress.start()
-        self._task = self._progress.add_task(self.description, total=self.total_steps, metrics="")
+        self._task = self._progress.add_task(self.description, total=self.total_steps, metrics="",
+                                             completed=min(self.resume_after, self.total_steps))
         return self
 
     def log(self, step: int, **metrics: Any) -> dict[str, Any]:
@@ -116,6 +125,20 @@ def read_log(folder: str | Path) -> list[dict[str, Any]]:
     """The records of `<folder>/train_log.jsonl`, in order."""
     path = Path(folder) / LOG_NAME
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _lines_until(path: Path, step: int) -> list[str]:
+    """The log's lines of steps up to `step`; a torn last line (a kill mid-write) is dropped."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if record.get("step", step + 1) > step:
+            break
+        kept.append(line)
+    return kept
 
 
 def _free_name(folder: Path) -> Path:

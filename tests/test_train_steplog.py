@@ -28,6 +28,20 @@ def test_a_rerun_moves_the_earlier_log_aside_instead_of_appending(tmp_path):
     assert json.loads((tmp_path / "train_log.2.jsonl").read_text())["run"] == 1
 
 
+def test_a_resumed_training_keeps_its_steps_up_to_the_saved_one_and_continues(tmp_path):
+    with StepLog(tmp_path, 5, "ibrl", quiet=True) as log:
+        for step in (1, 2, 3):
+            log.log(step, loss=float(step))
+    with open(tmp_path / LOG_NAME, "a") as f:
+        f.write('{"step": 4, "lo')  # torn by a kill
+    with StepLog(tmp_path, 5, "ibrl", quiet=True, resume_after=2) as log:  # the state was saved at step 2
+        with pytest.raises(ValueError):
+            log.log(2, loss=9.0)
+        log.log(3, loss=30.0)
+    assert [(r["step"], r["loss"]) for r in read_log(tmp_path)] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+    assert not list(tmp_path.glob("train_log.*.jsonl"))  # continued, not archived
+
+
 def test_steps_must_increase_within_a_log(tmp_path):
     with StepLog(tmp_path, total_steps=5, description="test", quiet=True) as log:
         log.log(2, loss=1.0)

@@ -91,7 +91,10 @@ def stand_in_vllm(monkeypatch, tiny):
     lora = types.ModuleType("vllm.lora")
     request = types.ModuleType("vllm.lora.request")
     request.LoRARequest = lambda name, int_id, path: ("lora", name, int_id, path)
-    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)  # as on a GPU machine
+    for name, module in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request),
+                         ("vllm.platforms", platforms)):
         monkeypatch.setitem(sys.modules, name, module)
     return folder, engines
 
@@ -420,7 +423,7 @@ def test_ibrl_with_vllm_rollouts_loads_each_steps_adapters(vtiny, tmp_path, monk
     config = ibrl.IBRLConfig(model=ModelOptions(model=str(vtiny), lora=LoraOptions(r=4), device="cpu"),
                              out=str(tmp_path / "out"), steps=2, scenarios_per_step=1, group_size=2,
                              max_new_tokens=8, max_turns=2, lr=3e-2, kl_coef=0.0, rollout_engine="vllm",
-                             vllm_memory_utilization=0.02)
+                             vllm_kv_cache_gb=0.25)
     specs = ibrl.run(config)
     assert set(specs) == {"a", "b"} and seen["steps"] == 2
     first, second = seen["ids"]

@@ -84,6 +84,7 @@ class IBRLConfig(BaseModel):
     rollout_engine: Literal["hf", "vllm"] = "hf"
     # The share of the GPU's memory (on a CPU, of the RAM) the vLLM engine may take; the rest is the trainer's.
     vllm_memory_utilization: float = Field(0.3, gt=0, lt=1)
+    vllm_kv_cache_gb: float | None = Field(None, gt=0)  # a fixed KV cache size instead (handy on a CPU)
     # GRPO.
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -304,7 +305,8 @@ def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig
         # Each process would need its own engine on its own GPU beside its trainer; not written.
         raise UserError("rollout_engine vllm runs in one process; launch without several processes, or use hf")
     return vllm_policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
-                              Path(config.out) / "rollout-adapters", config.vllm_memory_utilization)
+                              Path(config.out) / "rollout-adapters", config.vllm_memory_utilization,
+                              config.vllm_kv_cache_gb)
 
 
 def make_accelerator(config: IBRLConfig) -> Any:

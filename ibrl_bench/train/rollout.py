@@ -162,7 +162,7 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
 
 def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
                        batch_size: int, folder: str | Path, gpu_memory_utilization: float = 0.3,
-                       ) -> tuple[dict[Role, Agent], Callable[[int], None]]:
+                       kv_cache_gb: float | None = None) -> tuple[dict[Role, Agent], Callable[[int], None]]:
     """One vLLM agent for all the LoRA policies (their base is one frozen model), tracing its moves,
     and `sync(step)`, which the trainer calls before every step's rollouts.
 
@@ -185,7 +185,7 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     model = first.generation_model()
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
-                        dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                        dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
                         max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()))
     llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
     adapters: dict[Role, Any] = {}

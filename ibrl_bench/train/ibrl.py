@@ -25,10 +25,17 @@ Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed c
 
 Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
 `accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
-group normalization is local) and gradients are averaged across processes. Rollouts use HF
-`generate` through the project's hf: agent; with two adapters on one base, one `generate` call
-decodes both roles' moves, each row with its own role's adapter (rollout.policy_agents). vLLM
-rollouts are not implemented.
+group normalization is local) and gradients are averaged across processes.
+
+Rollouts (`rollout_engine`). `hf` (the default): HF `generate` on the live policy through the
+project's hf: agent; with two adapters on one base, one `generate` call decodes both roles' moves,
+each row with its own role's adapter (rollout.policy_agents). `vllm` (LoRA runs in one process): a
+vLLM engine on the frozen base decodes them through the vllm: agent; before every step's rollouts
+each role's adapter is saved and handed to the engine as a new LoRA request (`sync`,
+rollout.vllm_policy_agents). Either way the episodes are played by the one dialogue loop
+(`rollout.collect`) and every move records its log-probabilities under the sampling distribution
+(logits / temperature), which the GRPO ratio recomputes. Full fine-tuning is refused with vLLM:
+every step would have to copy all the weights into the engine.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
 
 A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
-`policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
+`policy_agents`), or, with `rollout_engine: vllm`, a `VLLMAgent` on the base model that serves the
+policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
 and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
 as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
 any agent; it does not trace and yields no samples.
@@ -11,7 +12,7 @@ Rewards come from the domain's outcome (`Outcome.rewards[role]`), one scalar per
 episode. The advantage computation (losses.py) sees a role's rewards within its own group only.
 
 Seeds: episode `g` of scenario `s` at step `t` plays with a seed hashed from (run seed, t, s, g),
-and the hf: backend derives each move's sampling stream from the episode seed (agents/generation.py),
+and the hf: and vllm: backends derive each move's sampling stream from the episode seed (agents/generation.py),
 so the same run seed gives the same rollouts whatever the batching or the number of processes.
 
 Several processes (accelerate) split a step's scenarios between them, whole groups at a time

@@ -27,6 +27,10 @@ what `hf:` records and what the trainer's GRPO ratio recomputes (samples.token_l
 rollout temperature). Greedy rows are scored at T = 1, as in `hf:`. `adapters` (role -> LoRA
 request) decodes each row with its role's adapter; the trainer swaps them after every update.
 
+On a CPU (vLLM's CPU build): the engine runs float32 as `hf:` does, and in the caller's process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set); its KV cache takes `gpu_memory_utilization` of the
+RAM, or `kv_cache_gb` when given, which is the easier one to get right on a shared machine.
+
 vLLM is imported only when a spec or recipe names it, so the rest of the harness runs without it.
 """
 

@@ -378,8 +378,8 @@ def hand_rewards(groups):
     """Rewards that differ between rollouts (a random model never deals), so updates are real."""
     for group in groups:
         for i, r in enumerate(group.rollouts):
-            a = float(sum(len(s.completion_ids) for s in r.samples["a"]) % 5) + i
-            b = float(sum(s.completion_ids[0] for s in r.samples["b"]) % 7) + i
+            a = float(sum(len(s.completion_ids) for s in r.samples.get("a", [])) % 5) + i
+            b = float(sum(s.completion_ids[0] for s in r.samples.get("b", [])) % 7) + i
             r.outcome = r.outcome.model_copy(update={"rewards": {"a": a, "b": b}})
     return groups
 
@@ -432,3 +432,43 @@ def test_ibrl_with_vllm_rollouts_loads_each_steps_adapters(vtiny, tmp_path, monk
     assert max(seen["gaps"]) < 2e-3, seen["gaps"]
     assert seen["moved"] > 2e-2, "the update moved the policy, so the match above needs the new adapters"
     assert not (tmp_path / "out" / "rollout-adapters" / "step-1").exists(), "replaced adapters are deleted"
+
+
+@needs_vllm
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_unilateral_from_a_warm_start_adapter_rolls_out_on_the_merged_base(vtiny, tmp_path, monkeypatch):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from ibrl_bench.train import ibrl, unilateral
+    from ibrl_bench.train.policy import LoraOptions, ModelOptions
+    from ibrl_bench.train.samples import collate, token_logprobs
+
+    # A warm start that changes the model a lot: serving the plain base instead would show.
+    warm = get_peft_model(AutoModelForCausalLM.from_pretrained(vtiny),
+                          LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+    warm.save_pretrained(tmp_path / "warm")
+    gaps = []
+    update_all = ibrl.update_all
+
+    def check_then_update(policies, groups, config, accelerator):
+        (policy,) = policies.values()
+        samples = [s for g in groups for r in g.rollouts for s in r.samples["a"]]
+        batch = collate(samples, policy.tokenizer.pad_token_id)
+        with policy.active() as model, torch.no_grad():
+            recomputed = token_logprobs(model, batch, config.temperature)
+        mask = batch.action_mask.bool()
+        gaps.append(float((recomputed[mask] - batch.old_logprobs[mask]).abs().max()))
+        return update_all(policies, groups, config, accelerator)
+
+    monkeypatch.setattr(ibrl, "update_all", check_then_update)
+    model = ModelOptions(model=f"hf:{vtiny}?adapter={tmp_path / 'warm'}", lora=LoraOptions(r=4), device="cpu")
+    config = unilateral.UnilateralConfig(model=model, out=str(tmp_path / "out"), steps=1, scenarios_per_step=1,
+                                         group_size=2, max_new_tokens=8, max_turns=2, kl_coef=0.0,
+                                         rollout_engine="vllm", vllm_kv_cache_gb=0.25, role="a",
+                                         counterpart=CONCEDER)
+    assert list(unilateral.run(config)) == ["a"]
+    assert (tmp_path / "out" / "rollout-adapters" / "base" / "config.json").is_file()
+    assert len(gaps) == 1 and gaps[0] < 2e-3, gaps

@@ -93,3 +93,38 @@ def test_every_shipped_recipe_validates_against_its_trainer():
         seen.add(method)
         load_recipe(path, config_class(method), method=method)
     assert seen == set(METHODS)
+
+
+def test_vllm_rollouts_are_a_recipe_option_for_lora_runs_only(tmp_path):
+    from ibrl_bench.train.ibrl import IBRLConfig
+    from ibrl_bench.train.unilateral import UnilateralConfig
+
+    lora = "version: 1\nmethod: ibrl\nout: o\nmodel: {model: hf:x, lora: {r: 4}}\n"
+    assert load_recipe(write(tmp_path, lora), IBRLConfig).rollout_engine == "hf"
+    assert load_recipe(write(tmp_path, lora + "rollout_engine: vllm\n"), IBRLConfig).rollout_engine == "vllm"
+    full = "version: 1\nmethod: ibrl\nout: o\nmodel: {model: hf:x}\n"
+    for config_class, extra in ((IBRLConfig, ""), (UnilateralConfig, "role: a\ncounterpart: scripted:dealnodeal/fair\n")):
+        with pytest.raises(UserError) as e:
+            load_recipe(write(tmp_path, full + extra), config_class, ["rollout_engine=vllm"])
+        message = str(e.value)
+        assert "\n" not in message and "rollout_engine" in message and "need LoRA" in message
+    with pytest.raises(UserError, match="rollout_engine.*'hf' or 'vllm'"):
+        load_recipe(write(tmp_path, lora + "rollout_engine: sglang\n"), IBRLConfig)
+
+
+def test_vllm_rollouts_without_vllm_installed_stop_with_one_line(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    from ibrl_bench.train import ibrl, unilateral
+    from ibrl_bench.train.policy import LoraOptions, ModelOptions
+
+    model = ModelOptions(model="hf:/never/loaded", lora=LoraOptions(r=4))
+    config = ibrl.IBRLConfig(model=model, out=str(tmp_path / "o"), rollout_engine="vllm")
+    with pytest.raises(UserError) as e:
+        ibrl.run(config)  # before any model is loaded: the path above does not exist
+    assert "\n" not in str(e.value) and "vllm-cpu-env.sh" in str(e.value) and "ibrl-bench[vllm]" in str(e.value)
+    uni = unilateral.UnilateralConfig(**config.model_dump(), role="a", counterpart="scripted:dealnodeal/fair")
+    with pytest.raises(UserError, match="need vLLM"):
+        unilateral.run(uni)

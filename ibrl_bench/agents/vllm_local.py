@@ -1,4 +1,4 @@
-"""`vllm:` agents: the vLLM offline engine, for GPU machines.
+"""`vllm:` agents: the vLLM offline engine (a GPU, or a CPU with the `vllm-cpu` build).
 
     vllm:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1&batch_size=64&window_ms=5
                &dtype=auto&gpu_memory_utilization=0.9&max_model_len=N&tensor_parallel_size=1]
@@ -6,18 +6,44 @@
 PATH is resolved like `hf:` (a folder, a .gguf file, package:NAME, or a model id already in the
 local Hugging Face cache; never downloaded); a GGUF is first converted to safetensors once, as
 for `hf:`. Requests from concurrent episodes are gathered by the same batcher as `hf:` and each
-batch goes to one `LLM.generate` call in a worker thread, with the same prompt tokens as `hf:`
-(models/chat.py). vLLM seeds each request itself (`SamplingParams.seed`), from the same
-per-request seed, so sampling does not depend on the batch. vLLM is imported only when a spec
-names it, so the rest of the harness runs without it.
+batch goes to one `LLM.generate` call in a worker thread.
+
+Same prompts, same replies as `hf:`. The tokenizer is the one `hf:` loads (models/loading.py: the
+same chat template, pad and control tokens), and vLLM is handed token ids, never text; vLLM's own
+tokenizer is not even loaded. Decoding stops at the same end-of-sequence ids as `hf:` and the
+reply is decoded by that tokenizer the same way, so usage and text are counted alike.
+
+Sampling. vLLM seeds each request itself (`SamplingParams.seed`), from the same per-request seed
+as `hf:`, so sampling does not depend on the batch. vLLM's random streams are not torch's
+multinomial, so a seed does not draw the same tokens in `hf:` and `vllm:`; greedy decoding is the
+same up to float rounding.
+
+Traces (for the trainers' rollouts; see train/rollout.py). With `trace=True` each reply carries the
+prompt ids, the generated ids up to and including the first end-of-sequence id, and their
+log-probabilities. vLLM reports by default the log-probability under the model's RAW distribution
+(T = 1, before top-p); the engine is therefore built with `logprobs_mode="processed_logprobs"`,
+the distribution the token was actually drawn from: logits / temperature, then top-p, exactly
+what `hf:` records and what the trainer's GRPO ratio recomputes (samples.token_logprobs at the
+rollout temperature). Greedy rows are scored at T = 1, as in `hf:`. `adapters` (role -> LoRA
+request) decodes each row with its role's adapter; the trainer swaps them after every update.
+
+On a CPU (vLLM's CPU build): the engine runs float32 as `hf:` does, and in the caller's process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set); its KV cache takes `gpu_memory_utilization` of the
+RAM, or `kv_cache_gb` when given, which is the easier one to get right on a shared machine.
+
+vLLM is imported only when a spec or recipe names it, so the rest of the harness runs without it.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from ibrl_bench.agents.base import Trace
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import (
     BatchedAgent,
@@ -33,70 +59,134 @@ from ibrl_bench.errors import UserError
 
 INSTALL_HINT = (
     "vllm: agents need vLLM, which is not installed here; on a machine with an NVIDIA GPU run "
-    "pip install 'ibrl-bench[vllm]' (best in its own virtual environment: vLLM pins its own torch)"
+    "pip install 'ibrl-bench[vllm]', on a CPU run scripts/vllm-cpu-env.sh (best in its own virtual "
+    "environment: vLLM pins its own torch)"
 )
+# LoRA ranks vLLM can reserve room for (it refuses any other max_lora_rank).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class VLLMParams(GenerationParams):
     gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
     batch_size: int = Field(64, ge=1, le=4096)  # vLLM schedules large batches well
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # on a CPU: the share of the RAM
+    kv_cache_gb: float | None = Field(None, gt=0)  # a fixed KV cache size instead of the share above
     max_model_len: int | None = Field(None, ge=32)
     tensor_parallel_size: int = Field(1, ge=1)
     max_lora_rank: int = Field(64, ge=1)
     enforce_eager: bool = False
 
 
-def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
-    params = parse_params(spec, VLLMParams)
+def import_vllm() -> Any:
+    """The vllm module, or the one line that says how to install it."""
     try:
         import vllm
-        from vllm.lora.request import LoRARequest
+        from vllm.lora.request import LoRARequest  # noqa: F401  (fails on a broken install too)
     except ModuleNotFoundError:
         raise UserError(INSTALL_HINT) from None
+    return vllm
+
+
+def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
+    params = parse_params(spec, VLLMParams)
+    import_vllm()
+    from vllm.lora.request import LoRARequest
+
     from ibrl_bench.models.loading import adapter_folder, converted_gguf, resolve_source
 
     game = require_prompts(domain)
     source = resolve_source(spec.target, params.gguf_file)
     adapter = adapter_folder(params.adapter)
     lora = None if adapter is None else LoRARequest("adapter", 1, str(adapter))
+    folder = converted_gguf(source) if source.gguf_file else source.folder
+    llm, tokenizer = load_engine(folder, params, spec.target, loras=0 if lora is None else 1)
+    return VLLMAgent(llm, params, game, tokenizer, eos_ids(folder, tokenizer), lora=lora)
+
+
+def load_engine(folder: Path, params: VLLMParams, label: str, loras: int = 0) -> tuple[Any, Any]:
+    """A vLLM engine on the checkpoint `folder` and the tokenizer `hf:` would use with it.
+    `loras`: how many LoRA adapters one batch may mix (0: LoRA off)."""
+    vllm = import_vllm()
+    from ibrl_bench.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(folder, label)
+    lora: dict[str, Any] = {}
+    if loras:
+        rank = next((r for r in LORA_RANKS if r >= params.max_lora_rank), None)
+        if rank is None:
+            raise UserError(f"max_lora_rank={params.max_lora_rank} is above the largest LoRA rank vLLM serves ({LORA_RANKS[-1]})")
+        lora = {"enable_lora": True, "max_loras": loras, "max_lora_rank": rank}
+    from vllm.platforms import current_platform
+
+    dtype = params.dtype
+    if current_platform.is_cpu():
+        # vLLM's "auto" is bfloat16 on a CPU; hf: runs float32 there, and so do the trainers, whose
+        # ratio compares these log-probabilities with their own.
+        dtype = "float32" if dtype == "auto" else dtype
+        # The engine in this process: on a CPU a separate engine and worker process each import
+        # torch and vLLM again (twice the start-up, 80 s instead of 40 s on 2 cores) and need the
+        # caller's main module guarded against re-import (spawn).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    kv = {} if params.kv_cache_gb is None else {"kv_cache_memory_bytes": int(params.kv_cache_gb * 2**30)}
     try:
-        folder = converted_gguf(source) if source.gguf_file else source.folder
         llm = vllm.LLM(
             model=str(folder),
-            tokenizer=str(folder),
-            dtype=params.dtype,
+            skip_tokenizer_init=True,  # prompts go in as ids and replies are decoded here
+            dtype=dtype,
             seed=0,
             gpu_memory_utilization=params.gpu_memory_utilization,
             max_model_len=params.max_model_len,
             tensor_parallel_size=params.tensor_parallel_size,
             enforce_eager=params.enforce_eager,
-            enable_lora=lora is not None,
-            max_lora_rank=params.max_lora_rank,
+            logprobs_mode="processed_logprobs",
+            **lora,
+            **kv,
         )
-    except (OSError, ValueError) as e:  # a folder vLLM cannot read, an unsupported architecture
+    except (OSError, ValueError, RuntimeError) as e:  # a folder vLLM cannot read, an unsupported architecture
         lines = str(e).strip().splitlines()
-        raise UserError(f"vLLM cannot load {spec.target}: {lines[0] if lines else type(e).__name__}") from None
-    return VLLMAgent(llm, vllm.SamplingParams, lora, params, game)
+        raise UserError(f"vLLM cannot load {label}: {lines[0] if lines else type(e).__name__}") from None
+    return llm, tokenizer
 
 
 class VLLMAgent(BatchedAgent):
-    def __init__(self, llm: Any, sampling_params: type, lora: Any, params: VLLMParams, domain: Domain):
+    def __init__(
+        self,
+        llm: Any,
+        params: VLLMParams,
+        domain: Domain,
+        tokenizer: Any,
+        stop_ids: list[int],
+        lora: Any = None,
+        trace: bool = False,
+        adapters: Mapping[str, Any] | None = None,
+    ):
+        from vllm import SamplingParams
+
         self.llm = llm
-        self.sampling_params = sampling_params
+        self.sampling_params = SamplingParams
         self.lora = lora
+        # role -> LoRARequest; a live mapping that the trainer updates between rollouts
+        self.adapters = adapters
+        self.trace = trace
         self.params = params
         self.domain = domain
-        self.tokenizer = llm.get_tokenizer()
+        self.tokenizer = tokenizer
+        self.eos_ids = stop_ids
         max_len = params.max_model_len or _engine_max_len(llm)
         self.prompt_budget = None if max_len is None else max_len - params.max_new_tokens
+        if self.prompt_budget is not None and self.prompt_budget < 16:
+            raise UserError(
+                f"max_new_tokens={params.max_new_tokens} leaves no room for a prompt in this model's "
+                f"{max_len}-token context; lower it"
+            )
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
         )
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
-        """One `LLM.generate` call for the batch, in the batcher's worker thread."""
+        """One `LLM.generate` call for the batch, in the batcher's worker thread (the only thread
+        that touches the tokenizer)."""
         from ibrl_bench.models.chat import prompt_ids
 
         p = self.params
@@ -107,20 +197,51 @@ class VLLMAgent(BatchedAgent):
                 top_p=p.top_p,
                 max_tokens=p.max_new_tokens,
                 seed=r.seed if p.temperature > 0 else None,
-                skip_special_tokens=True,
+                stop_token_ids=self.eos_ids,
+                detokenize=False,
+                logprobs=0 if self.trace else None,  # 0: the sampled token's only
             )
             for r in requests
         ]
+        lora = self.lora if self.adapters is None else [self.adapters[r.role] for r in requests]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in prompts], sampling, use_tqdm=False, lora_request=self.lora
+            [{"prompt_token_ids": ids} for ids in prompts], sampling, use_tqdm=False, lora_request=lora
         )
         results = []
         for ids, out in zip(prompts, outputs):  # vLLM returns outputs in the order of the prompts
             completion = out.outputs[0]
-            results.append(GenResult(text=completion.text.strip(), prompt_tokens=len(ids),
-                                     completion_tokens=len(completion.token_ids)))
+            row = list(completion.token_ids)
+            # vLLM ends a sequence on its stop id and keeps it; cut at the first one all the same.
+            n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
+            text = self.tokenizer.decode(row[:n], skip_special_tokens=True).strip()
+            trace = None
+            if self.trace:
+                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, row[:n])]
+                trace = Trace(prompt_ids=list(ids), completion_ids=row[:n], logprobs=logprobs)
+            results.append(GenResult(text=text, prompt_tokens=len(ids), completion_tokens=n, trace=trace))
         return results
 
+    async def aclose(self) -> None:
+        await super().aclose()
+        shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
+        if callable(shutdown):  # frees the engine's process and memory now, not at exit
+            shutdown()
+
+
+def eos_ids(folder: Path, tokenizer: Any) -> list[int]:
+    """The ids that end a reply, as `hf:` finds them: the generation config's, plus the tokenizer's."""
+    from transformers import GenerationConfig
+
+    try:
+        ids = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's alone
+        ids = None
+    ids = [i for i in (ids if isinstance(ids, list) else [ids]) if i is not None]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise UserError("the model names no end-of-sequence token; it cannot be used for chat")
+    return ids
 
 
 def _engine_max_len(llm: Any) -> int | None:

@@ -220,6 +220,19 @@ def load_model(source: ModelSource, adapter: str | None = None, device: str = "a
     return LoadedModel(model=model, tokenizer=tokenizer, device=torch_device, max_positions=max_positions)
 
 
+def load_tokenizer(folder: Path, label: str) -> Any:
+    """The tokenizer of the checkpoint `folder`, prepared as `load_model` prepares it (for `vllm:`,
+    whose prompts must be the very ids `hf:` builds)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot load the tokenizer of {label}: {_first_line(e)}") from None
+    _prepare_tokenizer(tokenizer, label)
+    return tokenizer
+
+
 def _prepare_tokenizer(tokenizer: Any, label: str) -> None:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -25,10 +25,17 @@ Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed c
 
 Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
 `accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
-group normalization is local) and gradients are averaged across processes. Rollouts use HF
-`generate` through the project's hf: agent; with two adapters on one base, one `generate` call
-decodes both roles' moves, each row with its own role's adapter (rollout.policy_agents). vLLM
-rollouts are not implemented.
+group normalization is local) and gradients are averaged across processes.
+
+Rollouts (`rollout_engine`). `hf` (the default): HF `generate` on the live policy through the
+project's hf: agent; with two adapters on one base, one `generate` call decodes both roles' moves,
+each row with its own role's adapter (rollout.policy_agents). `vllm` (LoRA runs in one process): a
+vLLM engine on the frozen base decodes them through the vllm: agent; before every step's rollouts
+each role's adapter is saved and handed to the engine as a new LoRA request (`sync`,
+rollout.vllm_policy_agents). Either way the episodes are played by the one dialogue loop
+(`rollout.collect`) and every move records its log-probabilities under the sampling distribution
+(logits / temperature), which the GRPO ratio recomputes. Full fine-tuning is refused with vLLM:
+every step would have to copy all the weights into the engine.
 """
 
 from __future__ import annotations
@@ -36,18 +43,27 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
-from ibrl_bench.train.rollout import Group, close_agents, collect, policy_agents, shard, step_scenarios
+from ibrl_bench.train.rollout import (
+    Group,
+    close_agents,
+    collect,
+    policy_agents,
+    shard,
+    step_scenarios,
+    vllm_policy_agents,
+)
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
 
 logger = logging.getLogger(__name__)
@@ -71,6 +87,12 @@ class IBRLConfig(BaseModel):
     max_new_tokens: int = Field(64, ge=1)  # per move
     max_turns: int | None = Field(None, ge=1)  # None: the domain's default
     rollout_batch_size: int = Field(64, ge=1)  # moves decoded together by one generate call
+    # hf: HF generate on the live policy. vllm: a vLLM engine on the frozen base that loads each
+    # role's adapter anew after every update (LoRA only; see rollout.vllm_policy_agents).
+    rollout_engine: Literal["hf", "vllm"] = "hf"
+    # The share of the GPU's memory (on a CPU, of the RAM) the vLLM engine may take; the rest is the trainer's.
+    vllm_memory_utilization: float = Field(0.3, gt=0, lt=1)
+    vllm_kv_cache_gb: float | None = Field(None, gt=0)  # a fixed KV cache size instead (handy on a CPU)
     # GRPO.
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -95,6 +117,16 @@ class IBRLConfig(BaseModel):
             raise ValueError("the test split is held out for evaluation and the leaderboard; train on train (or dev)")
         return v
 
+    @field_validator("rollout_engine")
+    @classmethod
+    def _vllm_needs_lora(cls, v: str, info: ValidationInfo) -> str:
+        model = info.data.get("model")
+        # Full fine-tuning would have to copy every updated weight into the engine after every
+        # step; vLLM loads new LoRA adapters cheaply, so only LoRA runs roll out with it.
+        if v == "vllm" and model is not None and model.lora is None:
+            raise ValueError("vLLM rollouts need LoRA (a model.lora block); full fine-tuning rolls out with hf")
+        return v
+
     def grpo(self) -> GRPOOptions:
         return GRPOOptions(clip_eps=self.clip_eps, kl_coef=self.kl_coef, scale_rewards=self.scale_rewards,
                            averaging=self.averaging)
@@ -108,6 +140,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     """Train both roles; save one checkpoint per role under `out`; return each role's hf: spec."""
     from ibrl_bench.domains import get_domain
 
+    check_rollout_engine(config)
     accelerator = make_accelerator(config)
     domain = get_domain(config.domain)
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
@@ -116,17 +149,19 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
-    agents = make_agents(policies, domain, config)  # one agent for both roles when they share a base
+    agents, sync = make_agents(policies, domain, config, accelerator)  # one agent for both roles on one base
     try:
-        train(config, accelerator, domain, scenarios, policies, agents, log)
+        train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
         close_agents(agents)
     return save(accelerator, policies, config.out)
 
 
 def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
-          policies: dict[Role, Policy], agents: dict[Role, Any], log: StepLogger | None) -> None:
-    """The loop of both trainers: joint rollouts, then one isolated update per trainable role."""
+          policies: dict[Role, Policy], agents: dict[Role, Any], log: StepLogger | None,
+          sync: Callable[[int], None] | None = None) -> None:
+    """The loop of both trainers: joint rollouts, then one isolated update per trainable role.
+    `sync(step)`, when given, hands the rollout engine the policies as they are before the step."""
     if config.scenarios_per_step % accelerator.num_processes:
         # Every process must hold whole groups and take part in every backward (DDP waits for all).
         raise UserError(f"scenarios_per_step={config.scenarios_per_step} does not split evenly over "
@@ -138,6 +173,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
         started = time.perf_counter()
         step_set = step_scenarios(scenarios, step, config.scenarios_per_step, config.seed)
         mine = shard(step_set, accelerator.process_index, accelerator.num_processes)
+        if sync is not None:
+            sync(step)
         groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies), config.max_turns)
         rolled = time.perf_counter()
         metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
@@ -265,8 +302,26 @@ def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any)
     return dict(zip(roles, overall.tolist()))
 
 
-def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig) -> dict[Role, Any]:
-    return policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size)
+def check_rollout_engine(config: IBRLConfig) -> None:
+    """Fail before any model loads when the rollout engine is not installed."""
+    if config.rollout_engine == "vllm":
+        from ibrl_bench.agents.vllm_local import import_vllm
+
+        import_vllm()
+
+
+def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig,
+                accelerator: Any) -> tuple[dict[Role, Any], Callable[[int], None] | None]:
+    """The trainable roles' rollout agents, and the hook that keeps a vLLM engine's adapters current."""
+    if config.rollout_engine == "hf":
+        agents = policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size)
+        return agents, None
+    if accelerator.num_processes > 1:
+        # Each process would need its own engine on its own GPU beside its trainer; not written.
+        raise UserError("rollout_engine vllm runs in one process; launch without several processes, or use hf")
+    return vllm_policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
+                              Path(config.out) / "rollout-adapters", config.vllm_memory_utilization,
+                              config.vllm_kv_cache_gb)
 
 
 def make_accelerator(config: IBRLConfig) -> Any:

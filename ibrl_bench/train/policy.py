@@ -143,7 +143,20 @@ class Policy:
         self.tokenizer.save_pretrained(folder)
         return _spec(str(folder), {})
 
-    def _save_adapter(self, model: Any, folder: Path) -> None:
+    def save_adapter(self, folder: str | Path) -> Path:
+        """This policy's LoRA adapter alone (config and weights, no tokenizer), as PEFT and vLLM
+        load it; for the vLLM rollout engine, which reloads it after every update."""
+        if self.adapter is None:
+            raise RuntimeError(f"policy {self.name} has no adapter")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._save_adapter(_unwrap(self.model), folder, tokenizer=False)
+        return folder
+
+    def lora_rank(self) -> int | None:
+        return None if self.adapter is None else int(_peft(self.model).peft_config[self.adapter].r)
+
+    def _save_adapter(self, model: Any, folder: Path, tokenizer: bool = True) -> None:
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
@@ -153,7 +166,8 @@ class Policy:
         state = get_peft_model_state_dict(peft, adapter_name=self.adapter)
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors")
         peft.peft_config[self.adapter].save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
+        if tokenizer:
+            self.tokenizer.save_pretrained(folder)
 
 
 def load_policy(options: ModelOptions, lr: float, name: str = "default", reference: bool = True, **optim: Any) -> Policy:

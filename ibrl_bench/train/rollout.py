@@ -2,7 +2,8 @@
 dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
 
 A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
-`policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
+`policy_agents`), or, with `rollout_engine: vllm`, a `VLLMAgent` on the base model that serves the
+policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
 and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
 as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
 any agent; it does not trace and yields no samples.
@@ -11,7 +12,7 @@ Rewards come from the domain's outcome (`Outcome.rewards[role]`), one scalar per
 episode. The advantage computation (losses.py) sees a role's rewards within its own group only.
 
 Seeds: episode `g` of scenario `s` at step `t` plays with a seed hashed from (run seed, t, s, g),
-and the hf: backend derives each move's sampling stream from the episode seed (agents/generation.py),
+and the hf: and vllm: backends derive each move's sampling stream from the episode seed (agents/generation.py),
 so the same run seed gives the same rollouts whatever the batching or the number of processes.
 
 Several processes (accelerate) split a step's scenarios between them, whole groups at a time
@@ -22,13 +23,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import random
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, Turn
+from ibrl_bench.errors import UserError
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.train.samples import Sample
 
@@ -154,3 +159,63 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
         agent.spec = "policy:" + "+".join(roles)
         agents.update({role: agent for role in roles})
     return agents
+
+
+def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
+                       batch_size: int, folder: str | Path, gpu_memory_utilization: float = 0.3,
+                       kv_cache_gb: float | None = None) -> tuple[dict[Role, Agent], Callable[[int], None]]:
+    """One vLLM agent for all the LoRA policies (their base is one frozen model), tracing its moves,
+    and `sync(step)`, which the trainer calls before every step's rollouts.
+
+    The trainer keeps the PEFT model; the engine holds the base alone. `sync` saves each role's
+    adapter as it is now to FOLDER/step-N/ROLE and gives the role a new `LoRARequest` (a new id:
+    vLLM caches adapters by id, so a reused id would keep serving the old weights). Each row of a
+    batch is then decoded with its own role's adapter, as `policy_agents` does with PEFT. The
+    previous step's adapters are deleted once replaced: the engine has read them.
+    """
+    from ibrl_bench.agents.vllm_local import VLLMAgent, VLLMParams, eos_ids, import_vllm, load_engine
+
+    import_vllm()
+    from vllm.lora.request import LoRARequest
+
+    if any(p.adapter is None for p in policies.values()):
+        raise UserError("vLLM rollouts need LoRA policies (a model.lora block); full fine-tuning rolls out with hf")
+    first = next(iter(policies.values()))
+    folder = Path(folder)
+    base = rollout_base(first, folder / "base")
+    model = first.generation_model()
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
+                        dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
+                        max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()))
+    llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
+    adapters: dict[Role, Any] = {}
+    agent = VLLMAgent(llm, params, domain, tokenizer, eos_ids(base, tokenizer), trace=True, adapters=adapters)
+    agent.spec = "policy:" + "+".join(policies) + "@vllm"
+    ids = itertools.count(1)
+
+    def sync(step: int) -> None:
+        for role, policy in policies.items():
+            path = policy.save_adapter(folder / f"step-{step}" / role)
+            adapters[role] = LoRARequest(f"{role}-step-{step}", next(ids), str(path))
+        for old in folder.glob("step-*"):
+            if old.name != f"step-{step}":
+                shutil.rmtree(old, ignore_errors=True)
+
+    return {role: agent for role in policies}, sync
+
+
+def rollout_base(policy: Any, folder: Path) -> Path:
+    """The checkpoint folder of the frozen base that the policies' adapters sit on."""
+    from ibrl_bench.models.loading import converted_gguf, load_model, resolve_source
+
+    source = resolve_source(policy.base_target, policy.base_params.get("gguf_file"))
+    if policy.warm_adapter is None:
+        return converted_gguf(source) if source.gguf_file else source.folder
+    # Training from a warm-start adapter runs on base + that adapter merged, which is on no disk.
+    if not (folder / "config.json").is_file():
+        dtype = str(next(policy.generation_model().parameters()).dtype).removeprefix("torch.")
+        merged = load_model(source, policy.warm_adapter, "cpu", dtype)
+        merged.model.merge_and_unload().save_pretrained(folder)
+        merged.tokenizer.save_pretrained(folder)
+    return folder

@@ -23,6 +23,7 @@ from ibrl_bench.errors import UserError
 from ibrl_bench.train.ibrl import (
     IBRLConfig,
     StepLogger,
+    check_rollout_engine,
     make_accelerator,
     make_agents,
     on_device,
@@ -49,6 +50,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     from ibrl_bench.agents.spec import build_agent
     from ibrl_bench.domains import get_domain
 
+    check_rollout_engine(config)
     domain = get_domain(config.domain)
     if config.role not in domain.roles:
         raise UserError(f"role {config.role!r} is not a role of {config.domain}; roles are {', '.join(domain.roles)}")
@@ -59,10 +61,10 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies)
-    agents: dict[Role, Any] = make_agents(policies, domain, config)
+    agents, sync = make_agents(policies, domain, config, accelerator)
     agents[domain.other(config.role)] = build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain)
     try:
-        train(config, accelerator, domain, scenarios, policies, agents, log)
+        train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
         close_agents(agents)
     return save(accelerator, policies, config.out)

@@ -141,7 +141,9 @@ def typical_conversation() -> list[dict[str, str]]:
 
 
 def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
-    """The harness's transport alone: `calls` requests straight through the backend's `complete`."""
+    """The harness's transport alone: `calls` requests straight through the backend's `complete`,
+    under the shared retry layer as the harness sends them (a dropped connection is retried)."""
+    from ibrl_bench.agents.remote import call
     from ibrl_bench.agents.spec import build_agent
 
     agent = build_agent(SPEC.format(model="fake", url=url), "dealnodeal")
@@ -156,7 +158,7 @@ def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
             while left > 0:
                 left -= 1
                 start = time.perf_counter()
-                await agent.complete(request)
+                await call(agent.endpoint, agent.settings, lambda: agent.complete(request))
                 latencies.append(time.perf_counter() - start)
 
         await agent.complete(request)  # the connection, once
@@ -213,7 +215,7 @@ def main() -> None:
     proc, url = start_endpoint(args.latency_ms, args.server_http, args.server_loop)
     try:
         crossplay(url, 4, 2, run)  # warm up imports and connections
-        serial, serial_cpu = cpu_per_call(lambda: client_stack(url, 1, 40, run), proc)
+        serial, serial_cpu = cpu_per_call(lambda: client_stack(url, 1, 100, run), proc)
         # Steady state: at least eight waves of episodes, so that the first and last waves (slots
         # filling up, the longest games finishing alone) do not dominate; one wave read 0.58
         # where eight read 0.70 on the same endpoint.

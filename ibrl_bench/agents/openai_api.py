@@ -121,7 +121,7 @@ _RAW_RESPONSE: type | None = None
 
 def aiohttp_clients() -> list[Any]:
     """HTTP clients for one event loop's openai clients: one over aiohttp where this openai
-    release and aiohttp are installed (about 40% less CPU per call than the default transport on
+    release and aiohttp are installed (about a third less CPU per call than the default transport on
     benchmarks/endpoint_throughput.py), else CLIENT_SHARDS of the default (None: its own)."""
     import openai
 

@@ -139,7 +139,7 @@ def test_not_found_stops_the_run_in_one_line():
 
 
 def test_without_aiohttp_the_default_transport_still_plays(monkeypatch):
-    monkeypatch.setattr(openai_api, "aiohttp_clients", lambda: [None] * openai_api.CLIENT_SHARDS)
+    monkeypatch.setattr(openai_api, "http_clients", lambda: [None] * openai_api.CLIENT_SHARDS)
     with scripted("drop", http(200, json.dumps(OK).encode())) as (url, seen):
         reply = act(url)
     assert reply.text == "I want the books." and len(seen) == 2

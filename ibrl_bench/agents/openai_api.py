@@ -52,7 +52,7 @@ class OpenAIChat(RemoteChat):
 
         loop = id(asyncio.get_running_loop())  # an HTTP client belongs to one event loop
         if loop not in self._clients:
-            transports = aiohttp_clients()
+            transports = http_clients()
             self._clients[loop] = [
                 AsyncOpenAI(api_key=self._key, base_url=self.endpoint, max_retries=0, timeout=self.settings.timeout,
                             http_client=http_client)
@@ -119,7 +119,7 @@ def raw_response_type() -> type:
 _RAW_RESPONSE: type | None = None
 
 
-def aiohttp_clients() -> list[Any]:
+def http_clients() -> list[Any]:
     """HTTP clients for one event loop's openai clients: one over aiohttp where this openai
     release and aiohttp are installed (about a third less CPU per call than the default transport on
     benchmarks/endpoint_throughput.py), else CLIENT_SHARDS of the default (None: its own)."""

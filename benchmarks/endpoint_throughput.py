@@ -8,12 +8,21 @@ limits that bound it, all measured in one run on one endpoint:
    target >= 0.9.
 
 The endpoint is `ibrl_bench.testing.fake_openai` in its own process (the machine has 2 cores:
-one serves, one runs the harness). Both seats of every episode go through HTTP. CPU seconds per
-model call are reported for the client side (the harness, or the bare client) and for the
-endpoint: with 50 ms latency, 16 episodes need about 320 calls/s, so the two processes together
-must stay under about 6 ms of CPU per call on two cores for the latency bound to be reachable.
+one serves, one runs the harness). Both seats of every episode go through HTTP. CPU milliseconds
+per model call are itemised for both sides, each measured in its own pass on the same endpoint:
 
-    python benchmarks/endpoint_throughput.py [--latency-ms 50] [--scenarios 40] [--profile]
+- client: `harness` (the whole cross-play process), `client_stack` (the same requests sent
+  straight through the backend's `complete`: the openai client, its HTTP transport and our
+  parsing, no episodes), `harness_own` (the difference: episodes, prompts, retry layer, store),
+  and `bare_create` (the bare `openai` client's `chat.completions.create`, as a peer would call);
+- endpoint: the endpoint process's CPU per call in each of those passes.
+
+`serial` sends calls one at a time: its latency above the injected one is what every call pays
+in series (client and endpoint CPU, loopback), before any queueing. With 50 ms latency, 16
+episodes need about 320 calls/s; client and endpoint CPU per call then load their cores at
+320/s x CPU, and the queueing that load causes adds to every call's latency too.
+
+    python benchmarks/endpoint_throughput.py [--latency-ms 50] [--scenarios 40] [--uvloop] [--profile]
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ import urllib.request
 
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 
+SPEC = "openai:{model}@{url}?key_env=none&concurrency=1024&timeout=30"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -40,10 +51,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_endpoint(latency_ms: float) -> tuple[subprocess.Popen, str]:
+def start_endpoint(latency_ms: float, http: str = "auto", loop: str = "auto") -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "ibrl_bench.testing.fake_openai", "--port", str(port),
-                             "--latency-ms", str(latency_ms)])
+                             "--latency-ms", str(latency_ms), "--http", http, "--loop", loop])
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -67,14 +78,25 @@ def cpu_per_call(run, proc: subprocess.Popen) -> tuple[dict, dict]:
     own, server = time.process_time(), server_cpu_s(proc)
     out = run()
     calls = out["calls_per_s"] * out["seconds"]
-    cpu = {"client_cpu_ms_per_call": round((time.process_time() - own) / calls * 1000, 2),
-           "server_cpu_ms_per_call": round((server_cpu_s(proc) - server) / calls * 1000, 2)}
+    cpu = {"client": round((time.process_time() - own) / calls * 1000, 3),
+           "server": round((server_cpu_s(proc) - server) / calls * 1000, 3)}
     return out, cpu
 
 
-def crossplay(url: str, concurrency: int, scenarios: int, profile: bool = False) -> dict:
-    spec = f"openai:fake@{url}?key_env=none&concurrency=1024&timeout=30"
-    config = CrossplayConfig(policies=[spec], counterparts=[spec.replace("fake@", "fake-2@")],
+def package(filename: str) -> str:
+    """Which library a profiled function belongs to, for the itemised profile."""
+    if filename.startswith("~") or filename.startswith("<"):
+        return "builtins (sockets, epoll, C calls)"
+    if "site-packages/" in filename:
+        return filename.split("site-packages/")[1].split("/")[0].removesuffix(".py")
+    if "/ibrl_bench/" in filename:
+        return "ibrl_bench"
+    return "stdlib " + filename.rsplit("/lib/python", 1)[-1].split("/", 2)[1].removesuffix(".py")
+
+
+def crossplay(url: str, concurrency: int, scenarios: int, run=asyncio.run, profile: bool = False) -> dict:
+    spec = SPEC.format(model="fake", url=url)
+    config = CrossplayConfig(policies=[spec], counterparts=[SPEC.format(model="fake-2", url=url)],
                              scenarios=scenarios, concurrency=concurrency)
     with tempfile.TemporaryDirectory() as folder:
         runner = Crossplay(config, folder)
@@ -82,7 +104,7 @@ def crossplay(url: str, concurrency: int, scenarios: int, profile: bool = False)
         start = time.perf_counter()
         if prof:
             prof.enable()
-        asyncio.run(runner.run())
+        run(runner.run())
         if prof:
             prof.disable()
         elapsed = time.perf_counter() - start
@@ -94,12 +116,16 @@ def crossplay(url: str, concurrency: int, scenarios: int, profile: bool = False)
     out = {"episodes": len(records), "seconds": elapsed, "episodes_per_s": len(records) / elapsed,
            "calls_per_s": calls / elapsed, "rounds_per_episode": rounds}
     if prof:
-        stats = pstats.Stats(prof).sort_stats("tottime")
-        out["top_functions"] = [
-            f"{func[2]} ({func[0].split('site-packages/')[-1]}:{func[1]}) {row[2]:.2f}s"
-            for func, row in list(stats.stats.items()) if row[2] > 0
-        ]
-        out["top_functions"] = sorted(out["top_functions"], key=lambda x: -float(x.rsplit(" ", 1)[1][:-1]))[:12]
+        stats = pstats.Stats(prof).stats
+        by_package: dict[str, float] = {}
+        for func, row in stats.items():
+            by_package[package(func[0])] = by_package.get(package(func[0]), 0.0) + row[2]
+        total = sum(by_package.values())
+        # Profiled time runs slower than plain time; the shares are what to read.
+        out["profile_share_by_package"] = {k: f"{v / total:.1%}" for k, v in
+                                           sorted(by_package.items(), key=lambda kv: -kv[1])[:12]}
+        top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:12]
+        out["top_functions"] = [f"{f[2]} ({f[0].split('site-packages/')[-1]}:{f[1]}) {r[2] / total:.1%}" for f, r in top]
     return out
 
 
@@ -114,7 +140,38 @@ def typical_conversation() -> list[dict[str, str]]:
     return game.chat_messages(game.observe(state, game.to_move(state)[0]))
 
 
-def bare_client(url: str, concurrency: int, calls: int) -> dict:
+def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
+    """The harness's transport alone: `calls` requests straight through the backend's `complete`,
+    under the shared retry layer as the harness sends them (a dropped connection is retried)."""
+    from ibrl_bench.agents.remote import call
+    from ibrl_bench.agents.spec import build_agent
+
+    agent = build_agent(SPEC.format(model="fake", url=url), "dealnodeal")
+    request = dict(model="fake", messages=typical_conversation(), temperature=0.7, top_p=1.0, max_tokens=256)
+
+    async def main() -> dict:
+        left = calls
+        latencies = []
+
+        async def worker():
+            nonlocal left
+            while left > 0:
+                left -= 1
+                start = time.perf_counter()
+                await call(agent.endpoint, agent.settings, lambda: agent.complete(request))
+                latencies.append(time.perf_counter() - start)
+
+        await agent.complete(request)  # the connection, once
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+        await agent.aclose()
+        return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
+
+    return run(main())
+
+
+def bare_client(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
     from openai import AsyncOpenAI
 
     messages = typical_conversation()
@@ -136,7 +193,7 @@ def bare_client(url: str, concurrency: int, calls: int) -> dict:
         await client.close()
         return {"calls_per_s": calls / elapsed, "seconds": elapsed}
 
-    return asyncio.run(main())
+    return run(main())
 
 
 def main() -> None:
@@ -145,38 +202,59 @@ def main() -> None:
     ap.add_argument("--scenarios", type=int, default=40)
     ap.add_argument("--low", type=int, default=16)
     ap.add_argument("--high", type=int, default=256)
-    ap.add_argument("--profile", action="store_true", help="where the time goes at --high")
+    ap.add_argument("--uvloop", action="store_true", help="run the client side on uvloop")
+    ap.add_argument("--server-http", default="auto", help="the endpoint's HTTP parser (uvicorn): auto, h11, httptools")
+    ap.add_argument("--server-loop", default="auto", help="the endpoint's event loop (uvicorn): auto, asyncio, uvloop")
+    ap.add_argument("--profile", action="store_true", help="where the harness's time goes at --low, by package")
     args = ap.parse_args()
-    proc, url = start_endpoint(args.latency_ms)
+    run = asyncio.run
+    if args.uvloop:
+        import uvloop
+
+        run = uvloop.run
+    proc, url = start_endpoint(args.latency_ms, args.server_http, args.server_loop)
     try:
-        crossplay(url, 4, 2)  # warm up imports and connections
+        crossplay(url, 4, 2, run)  # warm up imports and connections
+        serial, serial_cpu = cpu_per_call(lambda: client_stack(url, 1, 100, run), proc)
         # Steady state: at least eight waves of episodes, so that the first and last waves (slots
         # filling up, the longest games finishing alone) do not dominate; one wave read 0.58
         # where eight read 0.70 on the same endpoint.
-        low, low_cpu = cpu_per_call(lambda: crossplay(url, args.low, max(args.scenarios, 4 * args.low)), proc)
-        limit = args.low / (low["rounds_per_episode"] * args.latency_ms / 1000)
-        low_calls = int(low["calls_per_s"] * low["seconds"])
-        low_bare, low_bare_cpu = cpu_per_call(lambda: bare_client(url, args.low, low_calls), proc)
-        high, high_cpu = cpu_per_call(lambda: crossplay(url, args.high, args.scenarios * 4, profile=args.profile), proc)
-        calls = int(high["calls_per_s"] * high["seconds"])
-        bare, bare_cpu = cpu_per_call(lambda: bare_client(url, args.high, calls), proc)
+        levels = {}
+        for name, conc, scenarios in (("low", args.low, max(args.scenarios, 4 * args.low)),
+                                      ("high", args.high, args.scenarios * 4)):
+            harness, harness_cpu = cpu_per_call(
+                lambda: crossplay(url, conc, scenarios, run, profile=args.profile and name == "low"), proc)
+            calls = int(harness["calls_per_s"] * harness["seconds"])
+            stack, stack_cpu = cpu_per_call(lambda: client_stack(url, conc, calls, run), proc)
+            bare, bare_cpu = cpu_per_call(lambda: bare_client(url, conc, calls, run), proc)
+            levels[name] = (conc, harness, harness_cpu, stack, stack_cpu, bare, bare_cpu)
     finally:
         proc.terminate()
         proc.wait()
-    report = {
-        "latency_ms": args.latency_ms,
-        "low": {"concurrency": args.low, "episodes_per_s": round(low["episodes_per_s"], 2),
-                "latency_bound_episodes_per_s": round(limit, 2),
-                "ratio_to_latency_bound": round(low["episodes_per_s"] / limit, 3),
-                "calls_per_s": round(low["calls_per_s"], 1), "harness": low_cpu,
-                "bare_openai_client_calls_per_s": round(low_bare["calls_per_s"], 1), "bare_client": low_bare_cpu},
-        "high": {"concurrency": args.high, "harness_calls_per_s": round(high["calls_per_s"], 1),
-                 "bare_openai_client_calls_per_s": round(bare["calls_per_s"], 1),
-                 "ratio_to_bare_client": round(high["calls_per_s"] / bare["calls_per_s"], 3),
-                 "harness": high_cpu, "bare_client": bare_cpu},
-    }
-    if args.profile:
-        report["high"]["top_functions"] = high["top_functions"]
+    report = {"latency_ms": args.latency_ms, "client_loop": "uvloop" if args.uvloop else "asyncio",
+              "server": f"uvicorn http={args.server_http} loop={args.server_loop}",
+              "serial": {"latency_above_injected_ms": round(serial["mean_latency_s"] * 1000 - args.latency_ms, 2),
+                         "client_cpu_ms_per_call": serial_cpu["client"], "server_cpu_ms_per_call": serial_cpu["server"]}}
+    for name, (conc, harness, harness_cpu, stack, stack_cpu, bare, bare_cpu) in levels.items():
+        level = {"concurrency": conc, "harness_calls_per_s": round(harness["calls_per_s"], 1),
+                 "bare_create_calls_per_s": round(bare["calls_per_s"], 1),
+                 "ratio_to_bare_create": round(harness["calls_per_s"] / bare["calls_per_s"], 3),
+                 "client_cpu_ms_per_call": {
+                     "harness": harness_cpu["client"], "client_stack": stack_cpu["client"],
+                     "harness_own": round(harness_cpu["client"] - stack_cpu["client"], 3),
+                     "bare_create": bare_cpu["client"]},
+                 "server_cpu_ms_per_call": {"harness": harness_cpu["server"], "client_stack": stack_cpu["server"],
+                                            "bare_create": bare_cpu["server"]}}
+        if name == "low":
+            limit = conc / (harness["rounds_per_episode"] * args.latency_ms / 1000)
+            level = {"concurrency": conc, "episodes_per_s": round(harness["episodes_per_s"], 2),
+                     "latency_bound_episodes_per_s": round(limit, 2),
+                     "ratio_to_latency_bound": round(harness["episodes_per_s"] / limit, 3),
+                     "client_stack_mean_latency_ms": round(stack["mean_latency_s"] * 1000, 1)} | level
+            for key in ("profile_share_by_package", "top_functions"):
+                if key in harness:
+                    level[key] = harness[key]
+        report[name] = level
     print(json.dumps(report, indent=2))
 
 

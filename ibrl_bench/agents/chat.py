@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -75,6 +76,17 @@ def reply(text: str | None, prompt_tokens: int, completion_tokens: int, pricing:
     return Reply(text=(text or "").strip(), usage=usage)
 
 
+@dataclass(frozen=True)
+class Completion:
+    """What the harness reads from a chat response; backends fill it from their own shape."""
+
+    text: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    raw: Any = None  # the provider's own response, for backends that price from it
+
+
 class RemoteChat(Agent):
     """A chat model behind a remote API. Subclasses say how to send one request and read its
     cost; the request, the retries and the handling of empty replies are the same for all."""
@@ -88,10 +100,11 @@ class RemoteChat(Agent):
         self.send_observation = send_observation
 
     @abstractmethod
-    async def complete(self, request: dict[str, Any]) -> Any:
-        """Send one chat request; return the provider's response (OpenAI response shape)."""
+    async def complete(self, request: dict[str, Any]) -> Completion:
+        """Send one chat request; return what it answered. A response that cannot be read raises
+        ValueError, which `remote.call` retries like any transient fault."""
 
-    def cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def cost(self, completion: Completion) -> float | None:
         return None  # None: price from the spec's or card's pricing
 
     async def act(self, obs: Observation) -> Reply:
@@ -107,22 +120,19 @@ class RemoteChat(Agent):
 
         async def attempt():
             nonlocal empties
-            response = await self.complete(request)
-            if not response.choices or not (response.choices[0].message.content or "").strip():
+            completion = await self.complete(request)
+            if not (completion.text or "").strip():
                 empties += 1
                 raise EmptyReply(f"{self.endpoint} returned no text")
-            return response
+            return completion
 
         try:
-            response = await call(self.endpoint, self.settings, attempt)
+            completion = await call(self.endpoint, self.settings, attempt)
         except EmptyReply:
             if empties < self.settings.max_attempts:
                 raise  # empty among other faults: the endpoint is flaky, not the model
             # Empty on every attempt: that is the model's answer, and the domain's rules (not the
             # harness) decide what an empty move means.
             return reply("", 0, 0, self.pricing)
-        usage = getattr(response, "usage", None)
-        prompt = getattr(usage, "prompt_tokens", 0) or 0
-        completion = getattr(usage, "completion_tokens", 0) or 0
-        return reply(response.choices[0].message.content, prompt, completion, self.pricing,
-                     self.cost(response, prompt, completion))
+        return reply(completion.text, completion.prompt_tokens, completion.completion_tokens, self.pricing,
+                     self.cost(completion))

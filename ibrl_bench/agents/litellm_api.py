@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Generation, Pricing, RemoteChat, resolve_key, split_params
+from ibrl_bench.agents.chat import Completion, Generation, Pricing, RemoteChat, resolve_key, split_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
@@ -46,13 +46,22 @@ class LiteLLMChat(RemoteChat):
             kwargs["api_base"] = self.base_url
         if self._key:
             kwargs["api_key"] = self._key
-        return await _litellm().acompletion(**kwargs)
+        response = await _litellm().acompletion(**kwargs)
+        usage = getattr(response, "usage", None)
+        choice = response.choices[0] if response.choices else None
+        return Completion(
+            text=choice.message.content if choice else None,
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            finish_reason=getattr(choice, "finish_reason", None),
+            raw=response,
+        )
 
-    def cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def cost(self, completion: Completion) -> float | None:
         if self.pricing.input_per_mtok or self.pricing.output_per_mtok:
             return None
         try:
-            return float(_litellm().completion_cost(completion_response=response))
+            return float(_litellm().completion_cost(completion_response=completion.raw))
         except Exception:  # noqa: BLE001 - a model missing from the cost map costs 0, not a failure
             return 0.0
 

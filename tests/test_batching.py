@@ -8,7 +8,13 @@ import time
 
 import pytest
 
+from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.batching import Batcher
+from ibrl_bench.agents.spec import build_agent
+from ibrl_bench.domains import get_domain
+from ibrl_bench.runner.episode import play_episode
+
+GAME = get_domain("dealnodeal")
 
 
 class Recorder:
@@ -138,3 +144,56 @@ def test_closing_cancels_waiting_requests():
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError):
         Batcher(Recorder(), max_batch=0, window_s=0.0)
+
+
+class QueuedScripted(Agent):
+    """A scripted negotiator whose every move first waits for a batch of `batcher`: a stand-in
+    for a local model shared by many episodes, with the fake batch function's speed."""
+
+    def __init__(self, batcher: Batcher, name: str):
+        self.batcher = batcher
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+
+    async def act(self, obs):
+        await self.batcher.submit(0)
+        return await self.inner.act(obs)
+
+
+def test_time_queued_behind_other_episodes_batches_does_not_count_toward_the_move_timeout():
+    # 24 episodes x 2 moves in flight, 2 per batch, 0.05 s a batch: a move waits up to ~1.2 s in
+    # the queue, four times the timeout, while each batch takes a sixth of it.
+    run = Recorder(delay=0.05)
+    batcher = Batcher(run, max_batch=2, window_s=0.0)
+    agents = {"a": QueuedScripted(batcher, "fair"), "b": QueuedScripted(batcher, "conceder")}
+    scenarios = GAME.scenario_set("dev", 24).scenarios
+
+    async def main():
+        started = time.perf_counter()
+        results = await asyncio.gather(*(play_episode(GAME, s, agents, seed=0, max_turns=4, move_timeout=0.3)
+                                         for s in scenarios))
+        return results, time.perf_counter() - started
+
+    results, elapsed = asyncio.run(main())
+    assert all(r.state.over for r in results)
+    assert elapsed > 0.6, "the queue was long enough to outlast the timeout"
+
+
+def test_a_hung_batch_still_times_out_its_moves_and_those_queued_behind_it():
+    release = threading.Event()
+    batcher = Batcher(lambda items: release.wait(30) and items, max_batch=2, window_s=0.0)
+    agents = {"a": QueuedScripted(batcher, "fair"), "b": QueuedScripted(batcher, "conceder")}
+    scenarios = GAME.scenario_set("dev", 4).scenarios
+
+    async def main():
+        try:
+            return await asyncio.wait_for(asyncio.gather(
+                *(play_episode(GAME, s, agents, seed=0, max_turns=4, move_timeout=0.2) for s in scenarios),
+                return_exceptions=True), 10)
+        finally:
+            release.set()  # free the worker thread so the test's event loop can close
+            await batcher.aclose()
+
+    started = time.perf_counter()
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, TimeoutError) for o in outcomes), outcomes
+    assert time.perf_counter() - started < 5

@@ -238,3 +238,23 @@ def test_asking_for_a_gpu_without_one_says_so(tiny):
 def test_params_default_to_greedy_on_the_best_device():
     p = HFParams()
     assert (p.temperature, p.device, p.dtype, p.batch_size) == (0.0, "auto", "auto", 8)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_reusing_each_dialogues_prefix_plays_the_same_games_as_recomputing_it(tiny, temperature):
+    agent = build_agent(f"hf:{tiny}?max_new_tokens=12&temperature={temperature}&batch_size=8", "dealnodeal")
+    cached = play_all(agent, seeds=(0, 1), scenarios=SCENARIOS[:4], max_turns=6)
+    assert agent.reused_tokens > 0 and 0 < len(agent.prefixes) <= 8
+    fresh = sibling(agent, prefix_cache=0)
+    recomputed = play_all(fresh, seeds=(0, 1), scenarios=SCENARIOS[:4], max_turns=6)
+    assert fresh.reused_tokens == 0 and not fresh.prefixes
+    assert texts(cached) == texts(recomputed)
+
+
+def test_the_prefix_cache_keeps_only_the_most_recent_dialogues_and_never_for_traces(tiny):
+    agent = build_agent(f"hf:{tiny}?max_new_tokens=4&prefix_cache=2", "dealnodeal")
+    play_all(agent, scenarios=SCENARIOS[:5])
+    assert len(agent.prefixes) == 2
+    tracing = HFAgent(agent.model, agent.tokenizer, agent.params, GAME, agent.prompt_budget + 4, trace=True)
+    play_all(tracing, scenarios=SCENARIOS[:2])
+    assert not tracing.prefixes and tracing.reused_tokens == 0

@@ -7,6 +7,8 @@ so `act` takes the whole observation and keeps no per-episode state of its own: 
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from abc import ABC, abstractmethod
 
 from pydantic import BaseModel
@@ -50,3 +52,26 @@ class Agent(ABC):
 
     async def aclose(self) -> None:
         """Release connections, engines, threads. Called once when a run ends."""
+
+
+class MoveClock:
+    """The clock of one move's timeout, which an agent may restart while the move waits its turn.
+
+    The runner times every move (runner/episode.py). A local model shared by many episodes serves
+    their moves one batch at a time, so a move can spend minutes queued behind other episodes'
+    batches while the model is working fine; that wait is not the model failing on this move. An
+    agent that queues (agents/batching.py) therefore calls `restart` whenever the queue it waits in
+    makes progress (a batch starts), and when the move's own batch starts. The timeout then fires
+    only when the move waited `timeout` seconds without any batch starting, or its own batch ran
+    longer than that: a hung model still ends the move, a busy one does not.
+    """
+
+    def __init__(self) -> None:
+        self.started = asyncio.get_running_loop().time()
+
+    def restart(self) -> None:
+        self.started = asyncio.get_running_loop().time()
+
+
+# The clock of the move being played in this task (set by the runner around `Agent.act`).
+current_move_clock: contextvars.ContextVar[MoveClock | None] = contextvars.ContextVar("move_clock", default=None)

@@ -2,13 +2,17 @@
 
 A local model is fastest when it decodes many prompts at once, but each episode asks for one
 move at a time. `Batcher.submit` puts a request in a queue and awaits its result; one batcher task
-takes up to `max_batch` requests, waiting at most `window_s` after the oldest one arrived for
-more to join, and runs the blocking function on the whole batch in a worker thread, so the event
-loop keeps serving the other episodes (and collecting the next batch) meanwhile. One batch runs
+takes up to `max_batch` requests, waiting for more to join until none has come for `window_s`,
+and runs the blocking function on the whole batch in a worker thread, so the event loop keeps
+serving the other episodes (and collecting the next batch) meanwhile. One batch runs
 at a time per batcher: a model on one device gains nothing from two.
 
 An exception from the function fails every request of that batch with that exception; the
 runner treats it like any other infrastructure failure of the episodes concerned.
+
+Time spent queued is not the model's fault: each time a batch starts, the move clocks of the
+requests it takes and of those still waiting restart (agents/base.py, MoveClock), so the runner's
+move timeout measures one batch's work, and still fires when no batch starts for that long.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from ibrl_bench.agents.base import MoveClock, current_move_clock
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,6 +44,7 @@ class _Request(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
     arrived: float
+    clock: MoveClock | None = None
 
 
 class Batcher(Generic[T, R]):
@@ -60,7 +67,7 @@ class Batcher(Generic[T, R]):
         if self._loop is not loop or self._task is None or self._task.done():
             self._start(loop)
         assert self._arrived is not None
-        request: _Request[T, R] = _Request(item, loop.create_future(), loop.time())
+        request: _Request[T, R] = _Request(item, loop.create_future(), loop.time(), current_move_clock.get())
         self._pending.append(request)
         self._arrived.set()
         return await request.future  # cancelling this await leaves the batch to skip the request
@@ -76,12 +83,22 @@ class Batcher(Generic[T, R]):
     async def _serve(self) -> None:
         assert self._loop is not None and self._arrived is not None
         loop, arrived = self._loop, self._arrived
+        free_at = loop.time()
         while True:
             while not self._pending:
                 arrived.clear()
                 await arrived.wait()
-            deadline = self._pending[0].arrived + self.window_s
-            while len(self._pending) < self.max_batch and (left := deadline - loop.time()) > 0:
+            # Gather until the batch is full or no request came for `window_s`, counting from when
+            # the model became free at the earliest. The episodes a batch just answered come back a
+            # moment after it ends; cutting the next batch from the oldest request's arrival alone
+            # takes only those that waited during the last batch, and the two groups then stay out
+            # of step for good, every batch half full. The cap bounds a trickle of arrivals.
+            cap = max(self._pending[0].arrived, free_at) + 10 * self.window_s
+            while len(self._pending) < self.max_batch:
+                quiet = max(self._pending[-1].arrived, free_at) + self.window_s
+                left = min(quiet, cap) - loop.time()
+                if left <= 0:
+                    break
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), left)
@@ -91,6 +108,9 @@ class Batcher(Generic[T, R]):
             batch = [r for r in batch if not r.future.done()]  # drop requests whose episode gave up
             if not batch:
                 continue
+            for r in (*batch, *self._pending):
+                if r.clock is not None:
+                    r.clock.restart()
             self.stats.batches += 1
             self.stats.requests += len(batch)
             self.stats.largest = max(self.stats.largest, len(batch))
@@ -108,6 +128,8 @@ class Batcher(Generic[T, R]):
                 for r in batch:
                     r.future.cancel()
                 raise
+            finally:
+                free_at = loop.time()
             for r, result in zip(batch, results):
                 if not r.future.done():
                     r.future.set_result(result)

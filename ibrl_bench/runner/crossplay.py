@@ -288,7 +288,7 @@ class Crossplay:
 
 def _describe(e: BaseException, timeout: float | None) -> str:
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
-        return f"TimeoutError: a move took longer than {timeout} s"
+        return f"TimeoutError: a move took longer than {timeout} s (not counting time queued behind other moves)"
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}"[:500]
 

@@ -2,7 +2,9 @@
 
 Nothing else lives here: retries belong to the backends and the runner, scoring to the domain,
 persistence to the store. Any exception from an agent (or a move that outlasts `move_timeout`)
-propagates to the caller, which decides what an infrastructure failure means.
+propagates to the caller, which decides what an infrastructure failure means. The timeout
+measures the agent's work on the move: an agent that queues the move behind other episodes'
+work restarts the move's clock as that queue moves (agents/base.py, MoveClock).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ibrl_bench.agents.base import Agent, Reply, Usage
-from ibrl_bench.domains.base import Domain, GameState, Outcome, Role, Scenario
+from ibrl_bench.agents.base import Agent, MoveClock, Reply, Usage, current_move_clock
+from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario
 
 
 @dataclass
@@ -48,11 +50,36 @@ async def play_episode(
         movers = domain.to_move(state)
         # Observe every mover before applying any move: simultaneous moves stay private.
         observations = [domain.observe(state, role) for role in movers]
-        answers = await _all(asyncio.wait_for(agents[o.role].act(o), move_timeout) for o in observations)
+        answers = await _all(_timed(agents[o.role], o, move_timeout) for o in observations)
         for role, reply in zip(movers, answers):
             replies[role].append(reply)
             domain.apply(state, role, reply.text)
     return EpisodeResult(state=state, outcome=domain.outcome(state), replies=replies)
+
+
+async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply:
+    """`agent.act(obs)`, failing with TimeoutError once its clock has run `timeout` seconds."""
+    if timeout is None:
+        return await agent.act(obs)
+    loop = asyncio.get_running_loop()
+    clock = MoveClock()
+    token = current_move_clock.set(clock)
+    try:
+        move = asyncio.ensure_future(agent.act(obs))  # the task copies the context: it sees `clock`
+    finally:
+        current_move_clock.reset(token)
+    try:
+        while True:
+            left = clock.started + timeout - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"a move took longer than {timeout} s")
+            done, _ = await asyncio.wait({move}, timeout=left)
+            if done:
+                return move.result()
+    finally:
+        if not move.done():
+            move.cancel()
+            await asyncio.gather(move, return_exceptions=True)
 
 
 async def _all(coros) -> list[Reply]:

@@ -62,6 +62,7 @@ try:
     from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
     from transformers.cache_utils import DynamicLayer
     from transformers.generation.logits_process import TopPLogitsWarper
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
     from transformers.utils import logging as hf_logging
 except ModuleNotFoundError as e:  # the [hf] extra is not installed
     raise UserError(
@@ -86,6 +87,11 @@ from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.models.chat import prompt_ids
 from ibrl_bench.models.loading import load_model, resolve_source
+
+# What `generate` calls its key/value cache, as an argument and in its output: `cache` in the
+# transformers this project pins, `past_key_values` in older 5.x releases (the one vLLM's CPU
+# build pins among them).
+CACHE_FIELD = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 class HFParams(GenerationParams, DeviceParams):
@@ -176,7 +182,7 @@ class HFAgent(BatchedAgent):
                 attention_mask=attention_mask,
                 generation_config=config,
                 logits_processor=processors,
-                **({} if cache is None else {"cache": cache}),
+                **({} if cache is None else {CACHE_FIELD: cache}),
                 **per_row,
             )
         sequences = out.sequences if config.return_dict_in_generate else out
@@ -193,7 +199,7 @@ class HFAgent(BatchedAgent):
                 trace = Trace(prompt_ids=list(prompt), completion_ids=row[:n], logprobs=logprobs[r][:n])
             results.append(GenResult(text=text, prompt_tokens=len(prompt), completion_tokens=n, trace=trace))
             if keep and requests[r].session:
-                self._keep(requests[r].session, r, prompt, row[:n], attention_mask, out.cache)
+                self._keep(requests[r].session, r, prompt, row[:n], attention_mask, getattr(out, CACHE_FIELD))
         return results
 
     def _reusable(self, session: str, prompt: list[int]) -> tuple[int, _Prefix | None]:

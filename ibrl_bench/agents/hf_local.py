@@ -145,6 +145,9 @@ class HFAgent(BatchedAgent):
                 attention_mask=padded["attention_mask"].to(self.device),
                 generation_config=config,
                 logits_processor=processors,
+                # transformers syncs every process's decoding steps when the model is FSDP-sharded;
+                # the trainers gather the weights first and each process decodes its own episodes.
+                synced_gpus=False,
                 **per_row,
             )
         sequences = out.sequences if self.trace else out

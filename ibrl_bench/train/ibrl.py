@@ -23,9 +23,15 @@ optimizers hold disjoint parameters. No gradient is shared.
 
 Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed counterpart.
 
-Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
-`accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
-group normalization is local) and gradients are averaged across processes. Rollouts use HF
+Scale. `accelerate` starts the processes, places models and runs mixed precision; each process
+plays its share of the step's scenarios (whole groups, so the group normalization is local) and
+gradients are averaged across processes. Two ways to hold the models (`prepare`): DDP (every
+process a whole copy; training/accelerate/multi-gpu-ddp.yaml) or FSDP2 (every model sharded over
+the processes, gathered whole for the rollouts; multi-gpu-fsdp.yaml and fsdp.py). Either way the
+update is the one a single process would make on all the step's groups: each process divides its
+loss by the step's sample (or token) count over all processes, and runs as many micro-batches as
+the process with the most (empty ones if it has fewer), since every forward and backward of a
+shared model is a collective. Every logged metric is over all processes. Rollouts use HF
 `generate` through the project's hf: agent; with two adapters on one base, one `generate` call
 decodes both roles' moves, each row with its own role's adapter (rollout.policy_agents). vLLM
 rollouts are not implemented.

@@ -13,7 +13,7 @@ the whole trained weights after each update and the update's metrics. What must 
 
 The optimizer is swapped for plain SGD in the workers: Adam's first step is lr * sign(gradient),
 which turns float noise on near-zero gradients into differences of 2 * lr; SGD's step is linear in
-the gradient, so comparing weights compares gradients.
+the gradient, so comparing weights compares gradients. The isolation test keeps AdamW.
 """
 
 import asyncio
@@ -40,9 +40,10 @@ import torch
 from ibrl_bench.train import ibrl, unilateral
 from ibrl_bench.train.policy import LoraOptions, ModelOptions
 
-base, out, trainer, lora, b_offset = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lora", float(sys.argv[5])
+base, out, trainer, lora, b_offset, sgd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lora", float(sys.argv[5]), sys.argv[6] == "sgd"
 rank = int(os.environ.get("RANK", "0"))
-torch.optim.AdamW = lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)  # see the test's docstring
+if sgd:  # see the test's docstring
+    torch.optim.AdamW = lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)
 collect, update_all = ibrl.collect, ibrl.update_all
 seen = {"scenarios": [], "metrics": [], "optimizers": {}}
 weights = []
@@ -89,7 +90,7 @@ def base(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
 
 
-def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0):
+def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, sgd=True):
     """Run the worker under torchrun; return each process's record and weights."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -102,7 +103,7 @@ def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0):
         env["ACCELERATE_USE_FSDP"] = "true"  # what `distributed_type: FSDP` in a launch config sets
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                            "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(base), str(out),
-                           trainer, "lora" if lora else "full", str(b_offset)],
+                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-4000:]
     return [(json.loads((out / f"rank-{r}.json").read_text()), torch.load(out / f"rank-{r}.pt"))
@@ -159,12 +160,17 @@ def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_p
     assert_close_weights(first_weights, one_weights)
     assert all(m["tokens"] > 0 for m in first["metrics"])
     assert set(first["specs"]) == set(one["specs"]) and second["specs"] == {}  # the main process saves
+    if not lora:  # a whole model gathered from its shards: the trained weights, as an hf: folder
+        from ibrl_bench.models.loading import load_model, resolve_source
+
+        for role, spec in first["specs"].items():
+            saved = load_model(resolve_source(spec.removeprefix("hf:")), device="cpu").model
+            assert all(torch.equal(p, q) for p, q in zip(saved.parameters(), first_weights[-1][role], strict=True))
 
 
 def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, tmp_path):
-    (first, weights), _ = launch(base, tmp_path / "one", 2, "fsdp")
-    (other, other_weights), _ = launch(base, tmp_path / "two", 2, "fsdp", b_offset=3.5)
-    assert first["metrics"][0]["reward"]["b"] != other["metrics"][0]["reward"]["b"]
+    (first, weights), _ = launch(base, tmp_path / "one", 2, "fsdp", sgd=False)  # the trainers' own AdamW
+    (other, other_weights), _ = launch(base, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
     assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"]))

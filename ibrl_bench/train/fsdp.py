@@ -63,8 +63,8 @@ def shard(policies: dict[str, Policy], mixed_precision: str) -> None:
     # bf16 compute on full-precision shards; gradients reduced in float32.
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if mixed_precision == "bf16" else MixedPrecisionPolicy())
-    # Parameters are replaced by sharded ones: find each policy's again by name.
-    names = {role: _names(policy) for role, policy in policies.items()}
+    # Parameters are replaced by sharded ones: each policy finds its own again by name.
+    names = {role: {id(p): n for n, p in policy.model.named_parameters()} for role, policy in policies.items()}
     done: set[int] = set()
     models = [p.model for p in policies.values()] + [p.reference_model for p in policies.values()]
     for model in models:
@@ -80,15 +80,12 @@ def shard(policies: dict[str, Policy], mixed_precision: str) -> None:
         fully_shard(inner, mp_policy=mp, reshard_after_forward=True)
     for role, policy in policies.items():
         by_name = dict(policy.model.named_parameters())
-        trainable = [by_name[n] for n in names[role]]
-        old = policy.optimizer
-        policy.optimizer = type(old)(trainable, **old.defaults)
-        policy._trainable = trainable
-
-
-def _names(policy: Policy) -> list[str]:
-    ids = {id(p) for p in policy.parameters()}
-    return [n for n, p in policy.model.named_parameters() if id(p) in ids]
+        sharded = {id(p): by_name[names[role][id(p)]] for p in policy.parameters()}
+        # The optimizer has taken no step (no state): pointing it at the shards is all it needs,
+        # and keeps its class and settings whatever they are.
+        for group in policy.optimizer.param_groups:
+            group["params"] = [sharded[id(p)] for p in group["params"]]
+        policy._trainable = [sharded[id(p)] for p in policy.parameters()]
 
 
 def _units(policies: Iterable[Policy]) -> list[Any]:

@@ -202,8 +202,8 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
               for i in range(0, len(samples), config.micro_batch_size)]
     batches = [collate([samples[i] for i in c], pad_id, config.max_length) for c in chunks]
     adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32) for c in chunks]
-    cut = [[j for j, i in enumerate(c) if _length(samples[i]) > (config.max_length or _length(samples[i]))]
-           for c in chunks]
+    limit = config.max_length
+    cut = [[j for j, i in enumerate(c) if limit is not None and _length(samples[i]) > limit] for c in chunks]
     local_tokens = float(sum(b.action_mask.sum() for b in batches))
     count, step_tokens, step_samples = _sum(accelerator, [len(batches), local_tokens, len(samples)], first_max=True)
     if count == 0:

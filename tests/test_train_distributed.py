@@ -41,6 +41,7 @@ from ibrl_bench.train import ibrl, unilateral
 from ibrl_bench.train.policy import LoraOptions, ModelOptions
 
 base, out, trainer, lora, b_offset, sgd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "lora", float(sys.argv[5]), sys.argv[6] == "sgd"
+uneven = sys.argv[7] == "uneven"
 rank = int(os.environ.get("RANK", "0"))
 if sgd:  # see the test's docstring
     torch.optim.AdamW = lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)
@@ -71,10 +72,16 @@ def update_and_record(policies, groups, config, accelerator):
     seen["sharded"] = type(next(iter(policies.values())).parameters()[0]).__name__ == "DTensor"
     return metrics
 
-ibrl.collect, ibrl.update_all = collect_with_rewards, update_and_record
+role_batch = ibrl.role_batch
+
+def fewer_on_rank_1(groups, role, options):  # one move where rank 0 has two: fewer micro-batches
+    samples, advantages = role_batch(groups, role, options)
+    return (samples[:1], advantages[:1]) if uneven and rank == 1 else (samples, advantages)
+
+ibrl.collect, ibrl.update_all, ibrl.role_batch = collect_with_rewards, update_and_record, fewer_on_rank_1
 model = ModelOptions(model=base, lora=LoraOptions(r=4) if lora else None, device="cpu")
 fields = dict(model=model, out=out, steps=2, scenarios_per_step=2, group_size=2, max_new_tokens=8, max_turns=2,
-              lr=0.05, kl_coef=0.1, micro_batch_size=2, max_length=96)
+              lr=0.05, kl_coef=0.1, micro_batch_size=1 if uneven else 2, max_length=96)
 if trainer == "ibrl":
     seen["specs"] = ibrl.run(ibrl.IBRLConfig(**fields))
 else:
@@ -90,7 +97,7 @@ def base(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
 
 
-def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, sgd=True):
+def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, sgd=True, uneven=False):
     """Run the worker under torchrun; return each process's record and weights."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,7 +110,7 @@ def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, 
         env["ACCELERATE_USE_FSDP"] = "true"  # what `distributed_type: FSDP` in a launch config sets
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                            "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(base), str(out),
-                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw"],
+                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw", "uneven" if uneven else "even"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-4000:]
     return [(json.loads((out / f"rank-{r}.json").read_text()), torch.load(out / f"rank-{r}.pt"))
@@ -166,6 +173,19 @@ def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_p
         for role, spec in first["specs"].items():
             saved = load_model(resolve_source(spec.removeprefix("hf:")), device="cpu").model
             assert all(torch.equal(p, q) for p, q in zip(saved.parameters(), first_weights[-1][role], strict=True))
+
+
+@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
+def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tmp_path, mode):
+    """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
+    one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
+    buffers in every forward) and nobody waits forever."""
+    (first, first_weights), (second, second_weights) = launch(base, tmp_path / "out", 2, mode, uneven=True)
+    for step_a, step_b in zip(first_weights, second_weights):
+        for role in step_a:
+            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
+    assert first["metrics"] == second["metrics"]
+    assert all(m["tokens"] > 0 for m in first["metrics"])
 
 
 def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, tmp_path):

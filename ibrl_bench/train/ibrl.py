@@ -209,7 +209,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     if count == 0:
         return {}  # no process has a move of this role in this step
     # Every process runs the same number of forwards and backwards (FSDP gathers in each, DDP
-    # broadcasts buffers in each): a process with fewer micro-batches runs empty ones, all mask.
+    # broadcasts buffers in each): a process with fewer micro-batches runs empty ones (no action token).
     while len(batches) < count:
         batches.append(_empty_batch(pad_id))
         adv.append(torch.zeros(1))
@@ -357,7 +357,7 @@ def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str
     - FSDP (`accelerate launch --config_file training/accelerate/multi-gpu-fsdp.yaml`): every
       model is sharded over the processes with torch's FSDP2 (fsdp.py says how and why not through
       accelerate's plugin); rollouts gather the whole weights first, the update runs the same
-      micro-batches count on every process, `save` gathers the whole state on the main process.
+      number of micro-batches on every process, `save` gathers the whole state on the main process.
       The reference of full fine-tuning is sharded too: it is a whole model's size, which is what
       FSDP is there to spread (with LoRA the reference is the base, adapters off: no copy at all).
     - DeepSpeed is refused: an engine binds one optimizer to a model, while IB-RL on a shared base

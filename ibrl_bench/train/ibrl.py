@@ -142,12 +142,13 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
         with rollout_weights(policies):
             groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies),
                              config.max_turns)
-        rolled = time.perf_counter()
+        # The slowest process's rollouts: the update cannot start before they end.
+        rollout_s = _over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
         metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
-        metrics.update(rollout_s=rolled - started, update_s=seconds - (rolled - started),
+        metrics.update(rollout_s=rollout_s, update_s=seconds - rollout_s,
                        tokens=trained_tokens, tokens_per_s=trained_tokens / max(seconds, 1e-9))
         if log is not None and accelerator.is_main_process:
             log.log(step, **metrics)
@@ -205,7 +206,8 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     limit = config.max_length
     cut = [[j for j, i in enumerate(c) if limit is not None and _length(samples[i]) > limit] for c in chunks]
     local_tokens = float(sum(b.action_mask.sum() for b in batches))
-    count, step_tokens, step_samples = _sum(accelerator, [len(batches), local_tokens, len(samples)], first_max=True)
+    count, step_tokens, step_samples = _over_processes(accelerator, [len(batches), local_tokens, len(samples)],
+                                                       first_max=True)
     if count == 0:
         return {}  # no process has a move of this role in this step
     # Every process runs the same number of forwards and backwards (FSDP gathers in each, DDP
@@ -255,7 +257,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
                     accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
             policy.optimizer.step()
     keys = ("kl", "clip_frac", "ratio", "entropy")
-    totals = _sum(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
+    totals = _over_processes(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
     divisor = max(step_tokens, 1.0) * config.updates_per_step
     metrics = {k: v / divisor for k, v in zip(keys, totals)}
     # Each process's loss is world x its part of the step's (see above): their mean is the step's.
@@ -276,8 +278,9 @@ def _empty_batch(pad_id: int) -> Any:
     return batch
 
 
-def _sum(accelerator: Any, values: list[float], first_max: bool = False) -> list[float]:
-    """`values` summed over all processes (with `first_max`, the first one's maximum instead)."""
+def _over_processes(accelerator: Any, values: list[float], first_max: bool = False) -> list[float]:
+    """`values` summed over all processes (with `first_max`, the first one's maximum instead);
+    called by every process."""
     import torch
     import torch.distributed as dist
 

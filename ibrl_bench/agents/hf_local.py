@@ -183,6 +183,9 @@ class HFAgent(BatchedAgent):
                 generation_config=config,
                 logits_processor=processors,
                 **({} if cache is None else {CACHE_FIELD: cache}),
+                # transformers syncs every process's decoding steps when the model is FSDP-sharded;
+                # the trainers gather the weights first and each process decodes its own episodes.
+                synced_gpus=False,
                 **per_row,
             )
         sequences = out.sequences if config.return_dict_in_generate else out

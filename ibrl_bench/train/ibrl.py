@@ -23,9 +23,15 @@ optimizers hold disjoint parameters. No gradient is shared.
 
 Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed counterpart.
 
-Scale. `accelerate` places models, syncs gradients and runs mixed precision; under
-`accelerate launch` each process plays its share of the step's scenarios (whole groups, so the
-group normalization is local) and gradients are averaged across processes.
+Scale. `accelerate` starts the processes, places models and runs mixed precision; each process
+plays its share of the step's scenarios (whole groups, so the group normalization is local) and
+gradients are averaged across processes. Two ways to hold the models (`prepare`): DDP (every
+process a whole copy; training/accelerate/multi-gpu-ddp.yaml) or FSDP2 (every model sharded over
+the processes, gathered whole for the rollouts; multi-gpu-fsdp.yaml and fsdp.py). Either way the
+update is the one a single process would make on all the step's groups: each process divides its
+loss by the step's sample (or token) count over all processes, and runs as many micro-batches as
+the process with the most (empty ones if it has fewer), since every forward and backward of a
+shared model is a collective. Every logged metric is over all processes.
 
 Rollouts (`rollout_engine`). `hf` (the default): HF `generate` on the live policy through the
 project's hf: agent; with two adapters on one base, one `generate` call decodes both roles' moves,
@@ -53,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from ibrl_bench.domains.base import Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
+from ibrl_bench.train import fsdp
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
 from ibrl_bench.train.rollout import (
@@ -148,7 +155,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
-    prepare(accelerator, policies)
+    prepare(accelerator, policies, config.mixed_precision)
     agents, sync = make_agents(policies, domain, config, accelerator)  # one agent for both roles on one base
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
@@ -175,13 +182,16 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
         mine = shard(step_set, accelerator.process_index, accelerator.num_processes)
         if sync is not None:
             sync(step)
-        groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies), config.max_turns)
-        rolled = time.perf_counter()
+        with rollout_weights(policies):
+            groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies),
+                             config.max_turns)
+        # The slowest process's rollouts: the update cannot start before they end.
+        rollout_s = _over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
         metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
-        metrics.update(rollout_s=rolled - started, update_s=seconds - (rolled - started),
+        metrics.update(rollout_s=rollout_s, update_s=seconds - rollout_s,
                        tokens=trained_tokens, tokens_per_s=trained_tokens / max(seconds, 1e-9))
         if log is not None and accelerator.is_main_process:
             log.log(step, **metrics)
@@ -189,8 +199,16 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
             resume.save(config, step, policies, accelerator)
 
 
+def rollout_weights(policies: dict[Role, Policy]) -> Any:
+    """Whole weights on every process while it plays (FSDP keeps only shards otherwise)."""
+    if any(fsdp.is_sharded(p.model) for p in policies.values()):
+        return fsdp.full_parameters(policies.values())
+    return nullcontext()
+
+
 def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig, accelerator: Any) -> dict[str, Any]:
-    """One GRPO update per trainable role on the same rollouts; per-role statistics."""
+    """One GRPO update per trainable role on the same rollouts; per-role statistics, over all
+    processes (tokens: the sum over roles and processes)."""
     metrics: dict[str, Any] = {"tokens": 0}
     for role, policy in policies.items():  # the update paths part: nothing crosses roles below
         samples, advantages = role_batch(groups, role, config.grpo())
@@ -217,77 +235,134 @@ def role_batch(groups: list[Group], role: Role, options: GRPOOptions) -> tuple[l
 
 def update_role(policy: Policy, samples: list[Sample], advantages: list[float], config: IBRLConfig,
                 accelerator: Any) -> dict[str, float]:
-    """GRPO on one role's samples, one role's optimizer. Returns loss, kl, entropy, clip fraction."""
+    """GRPO on one role's samples, one role's optimizer. Returns loss, kl, entropy, clip fraction,
+    ratio, the share of samples cut by max_length, and the tokens trained on: all over every
+    process (token-weighted means, sums of counts), the same on every process."""
     import torch
 
-    if not samples:
-        return {}
     options = config.grpo()
+    world = accelerator.num_processes
     pad_id = policy.tokenizer.pad_token_id
     # The action mask is built here (collate: 1 on the role's generated ids, from lengths).
     chunks = [range(i, min(i + config.micro_batch_size, len(samples)))
               for i in range(0, len(samples), config.micro_batch_size)]
     batches = [collate([samples[i] for i in c], pad_id, config.max_length) for c in chunks]
+    adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32) for c in chunks]
+    limit = config.max_length
+    cut = [[j for j, i in enumerate(c) if limit is not None and _length(samples[i]) > limit] for c in chunks]
+    local_tokens = float(sum(b.action_mask.sum() for b in batches))
+    count, step_tokens, step_samples = _over_processes(accelerator, [len(batches), local_tokens, len(samples)],
+                                                       first_max=True)
+    if count == 0:
+        return {}  # no process has a move of this role in this step
+    # Every process runs the same number of forwards and backwards (FSDP gathers in each, DDP
+    # broadcasts buffers in each): a process with fewer micro-batches runs empty ones (no action token).
+    while len(batches) < count:
+        batches.append(_empty_batch(pad_id))
+        adv.append(torch.zeros(1))
+        cut.append([])
     batches = [b.to(accelerator.device) for b in batches]
-    adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32, device=accelerator.device) for c in chunks]
-    total_tokens = float(sum(b.action_mask.sum() for b in batches))
+    adv = [a.to(accelerator.device) for a in adv]
     refs: list[Any] = [None] * len(batches)
     if options.kl_coef > 0:  # kl_coef == 0: no reference forward at all
         with policy.reference() as reference, accelerator.autocast():
             refs = [token_logprobs(reference, b, config.temperature) for b in batches]
-    totals: dict[str, float] = {}
+    # Gradients are averaged over processes, so each divides its sum by 1/world of the step's
+    # counts: their mean is then the loss of the whole step, as one process would compute it.
+    share_tokens, share_samples = step_tokens / world, step_samples / world
+    sums: dict[str, float] = {}  # token-weighted sums of this process, over all updates
+    loss_sum = 0.0
+    sharded = fsdp.is_sharded(policy.model)
     with policy.active() as model:
-        truncated = old_logprobs_where_truncated(model, samples, chunks, batches, config, accelerator)
+        truncated = old_logprobs_where_truncated(model, batches, cut, config, accelerator, lockstep=world > 1)
         for _ in range(config.updates_per_step):
             policy.optimizer.zero_grad(set_to_none=True)
             for k, (batch, a, ref) in enumerate(zip(batches, adv, refs)):
                 with accelerator.autocast():
                     logprobs, entropy = token_logprobs_and_entropy(model, batch, config.temperature)
                 loss, stats = grpo_loss(logprobs, batch.old_logprobs, ref, a, batch.action_mask, options,
-                                        total_tokens=total_tokens, total_samples=float(len(samples)))
-                sync = accelerator.no_sync(model) if k < len(batches) - 1 else nullcontext()
+                                        total_tokens=share_tokens, total_samples=share_samples)
+                last = k == len(batches) - 1
+                if sharded:
+                    sync = fsdp.gradient_sync(model, last)
+                else:
+                    sync = accelerator.no_sync(model) if not last else nullcontext()
                 with sync:
                     accelerator.backward(loss)
                 # Statistics weighted by tokens, so the step's value is the mean over its tokens.
                 n = stats["tokens"]
                 stats["entropy"] = float((entropy * batch.action_mask).sum()) / max(n, 1.0)
-                stats["loss"] = float(loss.detach())
                 for key in ("kl", "clip_frac", "ratio", "entropy"):
-                    totals[key] = totals.get(key, 0.0) + stats[key] * n / max(total_tokens, 1.0)
-                totals["loss"] = totals.get("loss", 0.0) + stats["loss"] / config.updates_per_step
+                    sums[key] = sums.get(key, 0.0) + stats[key] * n
+                loss_sum += float(loss.detach())
             if config.max_grad_norm is not None:
-                accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+                if sharded:  # the norm of the whole gradient: DTensor shards, reduced across processes
+                    torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+                else:
+                    accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
             policy.optimizer.step()
-    for key in ("kl", "clip_frac", "ratio", "entropy"):
-        totals[key] /= config.updates_per_step
-    totals["tokens"] = total_tokens  # distinct tokens trained on, however many updates reuse them
-    totals["truncated"] = truncated / len(samples)
-    return totals
+    keys = ("kl", "clip_frac", "ratio", "entropy")
+    totals = _over_processes(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
+    divisor = max(step_tokens, 1.0) * config.updates_per_step
+    metrics = {k: v / divisor for k, v in zip(keys, totals)}
+    # Each process's loss is world x its part of the step's (see above): their mean is the step's.
+    metrics["loss"] = totals[len(keys)] / world / config.updates_per_step
+    metrics["tokens"] = step_tokens  # distinct tokens trained on, however many updates reuse them
+    metrics["truncated"] = totals[len(keys) + 1] / max(step_samples, 1)
+    return metrics
 
 
-def old_logprobs_where_truncated(model: Any, samples: list[Sample], chunks: list[range], batches: list[Any],
-                                 config: IBRLConfig, accelerator: Any) -> int:
-    """pi_old for the samples that `max_length` cut; returns how many there were.
+def _length(sample: Sample) -> int:
+    return len(sample.prompt_ids) + len(sample.completion_ids)
+
+
+def _empty_batch(pad_id: int) -> Any:
+    """A micro-batch with no action token: a forward and a backward of gradient zero."""
+    batch = collate([Sample([pad_id], [pad_id], [0.0])], pad_id)
+    batch.action_mask.zero_()
+    return batch
+
+
+def _over_processes(accelerator: Any, values: list[float], first_max: bool = False) -> list[float]:
+    """`values` summed over all processes (with `first_max`, the first one's maximum instead);
+    called by every process."""
+    import torch
+    import torch.distributed as dist
+
+    if accelerator.num_processes == 1:
+        return [float(v) for v in values]
+    local = torch.tensor([float(v) for v in values], dtype=torch.float64, device=accelerator.device)
+    head, rest = (local[:1], local[1:]) if first_max else (local[:0], local)
+    if first_max:
+        dist.all_reduce(head, op=dist.ReduceOp.MAX)
+    dist.all_reduce(rest, op=dist.ReduceOp.SUM)
+    return [float(v) for v in torch.cat([head, rest])]
+
+
+def old_logprobs_where_truncated(model: Any, batches: list[Any], cut: list[list[int]], config: IBRLConfig,
+                                 accelerator: Any, lockstep: bool = False) -> int:
+    """pi_old for the samples that `max_length` cut (rows `cut[k]` of batch k); returns how many.
 
     A cut sample was generated from a longer prompt than the loss now feeds the model, so the
     log-probabilities recorded at sampling are not pi_old on this input, and their ratio would
     measure the cut, not the update. For those rows pi_old is the policy before this update on the
-    cut input: one forward without gradient. Samples that fit keep the sampler's values.
+    cut input: one forward without gradient. Samples that fit keep the sampler's values. With
+    `lockstep` (several processes), every batch gets the forward, so that all processes make the
+    same calls whatever each one's cuts.
     """
     import torch
 
     if config.max_length is None:
         return 0
     count = 0
-    for chunk, batch in zip(chunks, batches):
-        rows = [j for j, i in enumerate(chunk)
-                if len(samples[i].prompt_ids) + len(samples[i].completion_ids) > config.max_length]
-        if not rows:
+    for batch, rows in zip(batches, cut):
+        if not rows and not lockstep:
             continue
         count += len(rows)
         with torch.no_grad(), accelerator.autocast():
             recomputed = token_logprobs(model, batch, config.temperature) * batch.action_mask  # [B, T]
-        batch.old_logprobs[rows] = recomputed[rows]
+        if rows:
+            batch.old_logprobs[rows] = recomputed[rows]
     return count
 
 
@@ -339,20 +414,32 @@ def on_device(options: ModelOptions, accelerator: Any) -> ModelOptions:
     return options.model_copy(update={"device": str(accelerator.device)})
 
 
-def prepare(accelerator: Any, policies: dict[Role, Policy]) -> None:
-    """Hand models and optimizers to accelerate (one wrap per distinct model).
+def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str = "no") -> None:
+    """Make the policies ready for this launch: one process, DDP, or FSDP.
 
-    Supported: one process (CPU or GPU) and data parallelism (DDP: `accelerate launch
-    --multi_gpu`), where every process holds the whole model, generates with it and averages
-    gradients. FSDP and DeepSpeed are refused: generating from sharded parameters needs them
-    gathered around every `generate`, and DeepSpeed binds one optimizer to a model, while IB-RL on
-    a shared base has one per role; neither is written here.
+    - One process (CPU or GPU), or data parallelism (DDP: `accelerate launch --multi_gpu`, or
+      torchrun): every process holds the whole model, generates with it and averages gradients;
+      accelerate wraps each distinct model once.
+    - FSDP (`accelerate launch --config_file training/accelerate/multi-gpu-fsdp.yaml`): every
+      model is sharded over the processes with torch's FSDP2 (fsdp.py says how and why not through
+      accelerate's plugin); rollouts gather the whole weights first, the update runs the same
+      number of micro-batches on every process, `save` gathers the whole state on the main process.
+      The reference of full fine-tuning is sharded too: it is a whole model's size, which is what
+      FSDP is there to spread (with LoRA the reference is the base, adapters off: no copy at all).
+    - DeepSpeed is refused: an engine binds one optimizer to a model, while IB-RL on a shared base
+      keeps one optimizer per role.
     """
     from accelerate.utils import DistributedType
 
-    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        raise UserError(f"the RL trainers run on one device or with DDP (accelerate launch --multi_gpu), "
-                        f"not {accelerator.distributed_type.value}; use a multi-GPU config without FSDP/DeepSpeed")
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise UserError("the RL trainers run on one device, with DDP or with FSDP, not DeepSpeed; "
+                        "use training/accelerate/multi-gpu-fsdp.yaml or multi-gpu-ddp.yaml")
+    if fsdp.wanted(accelerator):
+        for policy in policies.values():
+            if policy.reference_model is not None:
+                policy.reference_model.to(accelerator.device)
+        fsdp.shard(policies, mixed_precision)
+        return
     prepared: dict[int, Any] = {}
     for policy in policies.values():
         key = id(policy.model)
@@ -365,12 +452,20 @@ def prepare(accelerator: Any, policies: dict[Role, Policy]) -> None:
 
 
 def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role, str]:
+    """Each policy's checkpoint, written by the main process ({} elsewhere); a sharded model is
+    gathered first, by all processes together."""
     specs: dict[Role, str] = {}
     accelerator.wait_for_everyone()
     for role, policy in policies.items():
         folder = Path(out) / f"checkpoint-{role}"
+        state = None
+        if fsdp.is_sharded(policy.model):
+            # An adapter needs its own tensors only, not the base's billions.
+            mine = f".{policy.adapter}." if policy.adapter is not None else ""
+            state = fsdp.full_state(policy.model, lambda name: mine in name, accelerator.is_main_process)
         if accelerator.is_main_process:
-            specs[role] = policy.save(folder)
+            specs[role] = policy.save(folder, state)
+    accelerator.wait_for_everyone()
     return specs
 
 

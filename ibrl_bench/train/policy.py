@@ -107,8 +107,11 @@ class Policy:
         with ctx, torch.no_grad():
             yield model
 
-    def save(self, folder: str | Path) -> str:
+    def save(self, folder: str | Path, state: dict[str, Any] | None = None) -> str:
         """Write a checkpoint that `build_agent` loads as an hf: agent; return that spec.
+
+        `state`: the model's whole state dict when the model itself holds only shards (FSDP:
+        fsdp.full_state), else None (read from the model).
 
         Full fine-tuning writes a whole HF folder (weights, config, tokenizer): `hf:FOLDER`.
         LoRA writes this policy's adapter alone (adapter_config.json + adapter_model.safetensors,
@@ -119,11 +122,11 @@ class Policy:
         folder.mkdir(parents=True, exist_ok=True)
         model = _unwrap(self.model)
         if self.adapter is None:
-            model.save_pretrained(folder)
+            model.save_pretrained(folder, state_dict=state)
             self.tokenizer.save_pretrained(folder)
             return _spec(str(folder), {})  # plain safetensors, whatever the base was read from
         if self.warm_adapter is None:
-            self._save_adapter(model, folder)
+            self._save_adapter(model, folder, state)
             return _spec(self.base_target, {**self.base_params, "adapter": str(folder)})
         # The base trained on (base + warm-start adapter, merged) is on no disk: write the whole
         # model, base + warm start + this adapter merged, built on the CPU from the files.
@@ -135,7 +138,7 @@ class Policy:
 
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         with tempfile.TemporaryDirectory() as tmp:
-            self._save_adapter(model, Path(tmp))
+            self._save_adapter(model, Path(tmp), state)
             source = resolve_source(self.base_target, self.base_params.get("gguf_file"))
             merged = load_model(source, self.warm_adapter, "cpu", dtype).model.merge_and_unload()
             merged = PeftModel.from_pretrained(merged, tmp).merge_and_unload()
@@ -156,14 +159,15 @@ class Policy:
     def lora_rank(self) -> int | None:
         return None if self.adapter is None else int(_peft(self.model).peft_config[self.adapter].r)
 
-    def _save_adapter(self, model: Any, folder: Path, tokenizer: bool = True) -> None:
+    def _save_adapter(self, model: Any, folder: Path, state: dict[str, Any] | None = None,
+                      tokenizer: bool = True) -> None:
         from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
         peft = _peft(model)
         # Saved by hand rather than with save_pretrained(selected_adapters=...), which puts every
         # adapter but "default" in a subfolder named after it; `?adapter=` wants the folder itself.
-        state = get_peft_model_state_dict(peft, adapter_name=self.adapter)
+        state = get_peft_model_state_dict(peft, state_dict=state, adapter_name=self.adapter)
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors")
         peft.peft_config[self.adapter].save_pretrained(folder)
         if tokenizer:
@@ -321,6 +325,12 @@ def _unwrap(model: Any) -> Any:
 
 def _peft(model: Any) -> Any:
     return _unwrap(model)
+
+
+def hf_model(model: Any) -> Any:
+    """The transformers causal LM itself: inside any DDP wrapper and any PeftModel."""
+    model = _unwrap(model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def describe(policies: dict[str, Policy]) -> str:

@@ -10,6 +10,10 @@ from (run seed, step, scenario, episode) (rollout.episode_seed), not from a rand
 runs on, so the steps redone after a resume play the same episodes and apply the same updates as
 an uninterrupted run: the final checkpoints are the same bytes (tests/test_train_resume.py).
 
+Under FSDP the tensors are shards (DTensors): every process takes part in gathering them whole
+before the main process writes, and on resume each process cuts its own shards back out of the
+whole tensors, so a state does not depend on how the run was sharded.
+
 The state is written to a temporary file and renamed over the old one, so a kill during a write
 leaves the previous state whole. A state written by another recipe (any field but `steps`,
 `save_every` and `out` differs) is refused with the first differing field, never mixed in.
@@ -56,14 +60,14 @@ def save(config: BaseModel, step: int, policies: dict[str, Any], accelerator: An
     """Write the state after `step` (main process; the others wait, so none runs ahead of it)."""
     import torch
 
+    # Gathering shards is collective: every process runs it, in the same order.
+    gathered = {role: _whole_state(policy) for role, policy in policies.items()}
     if accelerator.is_main_process:
         state = {
             "format": FORMAT,
             "step": step,
             "identity": identity(config),
-            "policies": {role: {"parameters": [p.detach().cpu().clone() for p in policy.parameters()],
-                                "optimizer": policy.optimizer.state_dict()}
-                         for role, policy in policies.items()},
+            "policies": gathered,
             "torch_rng": torch.get_rng_state(),
         }
         path = state_path(config.out)
@@ -96,10 +100,51 @@ def restore(config: BaseModel, policies: dict[str, Any]) -> int:
                 raise UserError(f"{state_path(config.out)} does not fit the model of role {role} "
                                 "(its trainable tensors differ); give another out folder")
             for p, t in zip(params, saved["parameters"]):
-                p.copy_(t.to(device=p.device, dtype=p.dtype))
-            policy.optimizer.load_state_dict(saved["optimizer"])
+                p.copy_(_like(t, p))
+            policy.optimizer.load_state_dict(_optimizer_like(saved["optimizer"], policy.optimizer))
     torch.set_rng_state(state["torch_rng"])
     return int(state["step"])
+
+
+def _whole(t: Any) -> Any:
+    """A tensor whole and on the CPU (a DTensor shard is gathered: collective)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return t.detach().cpu().clone()
+
+
+def _like(whole: Any, ref: Any) -> Any:
+    """`whole` placed as `ref` is: on its device and dtype, and cut into the same shards if `ref` is one."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(ref, DTensor):
+        return distribute_tensor(whole.to(device=ref.device, dtype=ref.dtype), ref.device_mesh, ref.placements)
+    return whole.to(device=ref.device, dtype=ref.dtype)
+
+
+def _whole_state(policy: Any) -> dict[str, Any]:
+    import torch
+
+    optimizer = policy.optimizer.state_dict()
+    optimizer["state"] = {i: {k: _whole(v) if torch.is_tensor(v) else v for k, v in per_param.items()}
+                          for i, per_param in optimizer["state"].items()}
+    return {"parameters": [_whole(p) for p in policy.parameters()], "optimizer": optimizer}
+
+
+def _optimizer_like(saved: dict[str, Any], optimizer: Any) -> dict[str, Any]:
+    """The saved optimizer state with every per-parameter tensor (AdamW's moments) placed like
+    its parameter; scalars such as the step count stay as saved."""
+    import torch
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict's numbering
+    state = {}
+    for i, per_param in saved["state"].items():
+        p = params[int(i)]
+        state[i] = {k: _like(v, p) if torch.is_tensor(v) and tuple(v.shape) == tuple(p.shape) and v.dim() else v
+                    for k, v in per_param.items()}
+    return {**saved, "state": state}
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -60,7 +60,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     policies = load_policies(on_device(config.model, accelerator), [config.role], config.lr,
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
-    prepare(accelerator, policies)
+    prepare(accelerator, policies, config.mixed_precision)
     agents, sync = make_agents(policies, domain, config, accelerator)
     agents[domain.other(config.role)] = build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain)
     try:

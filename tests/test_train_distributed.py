@@ -1,0 +1,226 @@
+"""The RL trainers on two processes (torchrun, gloo, CPU): FSDP (train/fsdp.py) and DDP.
+
+Each launch trains 2 steps on a tiny model with hand-made rewards and records, on every process,
+the whole trained weights after each update and the update's metrics. What must hold:
+
+- every process ends with the same whole weights and logs the same metrics;
+- two processes, each playing half of a step's groups, train what one process playing all of
+  them trains, and log the same metrics (loss, kl, entropy, clip fraction, tokens...): the loss is
+  normalized by the step's counts over all processes and metrics are reduced over all of them;
+- FSDP keeps IB-RL's isolation: b's rewards do not reach a's weights, and each role's optimizer
+  holds its own shards only;
+- the checkpoint of a sharded run is an hf: spec that plays cross-play.
+
+The optimizer is swapped for plain SGD in the workers: Adam's first step is lr * sign(gradient),
+which turns float noise on near-zero gradients into differences of 2 * lr; SGD's step is linear in
+the gradient, so comparing weights compares gradients. The isolation test keeps AdamW.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("accelerate")
+
+from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+WORKER = '''
+import json, os, sys
+import torch
+from ibrl_bench.train import ibrl, unilateral
+from ibrl_bench.train.policy import LoraOptions, ModelOptions
+
+base, out, trainer = sys.argv[1], sys.argv[2], sys.argv[3]
+lora, b_offset, sgd, uneven = sys.argv[4] == "lora", float(sys.argv[5]), sys.argv[6] == "sgd", sys.argv[7] == "uneven"
+rank = int(os.environ.get("RANK", "0"))
+if sgd:  # see the test's docstring
+    torch.optim.AdamW = lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)
+collect, update_all = ibrl.collect, ibrl.update_all
+seen = {"scenarios": [], "metrics": [], "optimizers": {}}
+weights = []
+
+def collect_with_rewards(*args, **kwargs):
+    groups = collect(*args, **kwargs)
+    for g in groups:
+        for i, r in enumerate(g.rollouts):
+            n = sum(len(s.completion_ids) for s in r.samples.get("a", [])) + i
+            m = sum(s.completion_ids[0] for s in r.samples.get("b", [])) + i
+            r.outcome = r.outcome.model_copy(update={"rewards": {"a": float(n % 5), "b": float(m % 7) + b_offset * (i + 1)}})
+    return groups
+
+def whole(p):
+    return p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+
+def update_and_record(policies, groups, config, accelerator):
+    metrics = update_all(policies, groups, config, accelerator)
+    seen["scenarios"].append(sorted(g.scenario.id for g in groups))
+    seen["metrics"].append(metrics)
+    weights.append({role: [whole(p).clone() for p in pol.parameters()] for role, pol in policies.items()})
+    names = {id(p): n for n, p in next(iter(policies.values())).model.named_parameters()}
+    seen["optimizers"] = {role: sorted(names.get(id(p), "?") for g in pol.optimizer.param_groups for p in g["params"])
+                          for role, pol in policies.items()}
+    seen["names"] = {role: [names.get(id(p), "?") for p in pol.parameters()] for role, pol in policies.items()}
+    seen["sharded"] = type(next(iter(policies.values())).parameters()[0]).__name__ == "DTensor"
+    return metrics
+
+role_batch = ibrl.role_batch
+
+def fewer_on_rank_1(groups, role, options):  # one move where rank 0 has two: fewer micro-batches
+    samples, advantages = role_batch(groups, role, options)
+    return (samples[:1], advantages[:1]) if uneven and rank == 1 else (samples, advantages)
+
+ibrl.collect, ibrl.update_all, ibrl.role_batch = collect_with_rewards, update_and_record, fewer_on_rank_1
+model = ModelOptions(model=base, lora=LoraOptions(r=4) if lora else None, device="cpu")
+fields = dict(model=model, out=out, steps=int(os.environ.get("TEST_STEPS", "2")), scenarios_per_step=2, group_size=2, max_new_tokens=8, max_turns=2,
+              lr=0.05, kl_coef=0.1, micro_batch_size=1 if uneven else 2, max_length=96)
+if trainer == "ibrl":
+    seen["specs"] = ibrl.run(ibrl.IBRLConfig(**fields))
+else:
+    seen["specs"] = unilateral.run(unilateral.UnilateralConfig(**fields, role="a", counterpart="scripted:dealnodeal/boulware"))
+with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
+    json.dump(seen, f)
+torch.save(weights, os.path.join(out, f"rank-{rank}.pt"))
+'''
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
+
+
+def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, sgd=True, uneven=False, steps=2):
+    """Run the worker under torchrun; return each process's record and weights (of this launch's steps)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out.mkdir(parents=True, exist_ok=True)  # a second launch on the same out resumes its training
+    worker = out / "worker.py"
+    worker.write_text(WORKER)
+    env = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TEST_STEPS": str(steps)}
+    if mode == "fsdp":
+        env["ACCELERATE_USE_FSDP"] = "true"  # what `distributed_type: FSDP` in a launch config sets
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                           "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(base), str(out),
+                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw", "uneven" if uneven else "even"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [(json.loads((out / f"rank-{r}.json").read_text()), torch.load(out / f"rank-{r}.pt"))
+            for r in range(processes)]
+
+
+SINGLE: dict = {}
+
+
+def single(base, tmp_path_factory, trainer, lora):
+    """The one-process run of a setting, shared by the tests that compare with it."""
+    key = (trainer, lora)
+    if key not in SINGLE:
+        SINGLE[key] = launch(base, tmp_path_factory.mktemp("single") / "out", 1, "none", trainer, lora)[0]
+    return SINGLE[key]
+
+
+def assert_close_metrics(got, want):
+    for step_got, step_want in zip(got, want, strict=True):
+        assert set(step_got) == set(step_want)
+        for key, value in step_want.items():
+            if isinstance(value, dict):
+                for role, v in value.items():
+                    assert step_got[key][role] == pytest.approx(v, rel=1e-4, abs=1e-6), (key, role)
+            else:
+                assert step_got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def assert_close_weights(got, want):
+    for step_got, step_want in zip(got, want, strict=True):
+        for role in step_want:
+            for p, q in zip(step_got[role], step_want[role], strict=True):
+                assert torch.allclose(p, q, rtol=1e-4, atol=1e-6), role
+
+
+@pytest.mark.parametrize("mode,trainer,lora", [
+    ("fsdp", "ibrl", True), ("fsdp", "ibrl", False), ("fsdp", "unilateral", True), ("ddp", "ibrl", True),
+], ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "fsdp-unilateral", "ddp-ibrl-two-adapters"])
+def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_path_factory, mode, trainer, lora):
+    ranks = launch(base, tmp_path / "out", 2, mode, trainer, lora)
+    (first, first_weights), (second, second_weights) = ranks
+    assert first["sharded"] == (mode == "fsdp") and second["sharded"] == (mode == "fsdp")
+    # Whole groups per process: the two processes played different halves of every step.
+    for mine, theirs in zip(first["scenarios"], second["scenarios"]):
+        assert len(mine) == len(theirs) == 1 and mine != theirs
+    # One set of weights and one set of metrics, on every process.
+    for step_a, step_b in zip(first_weights, second_weights):
+        for role in step_a:
+            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
+    assert first["metrics"] == second["metrics"]
+    one, one_weights = single(base, tmp_path_factory, trainer, lora)
+    assert [sorted(a + b) for a, b in zip(first["scenarios"], second["scenarios"])] == one["scenarios"]
+    assert_close_metrics(first["metrics"], one["metrics"])
+    assert_close_weights(first_weights, one_weights)
+    assert all(m["tokens"] > 0 for m in first["metrics"])
+    assert set(first["specs"]) == set(one["specs"]) and second["specs"] == {}  # the main process saves
+    if not lora:  # a whole model gathered from its shards: the trained weights, as an hf: folder
+        from ibrl_bench.models.loading import load_model, resolve_source
+
+        for role, spec in first["specs"].items():
+            saved = load_model(resolve_source(spec.removeprefix("hf:")), device="cpu").model
+            assert all(torch.equal(p, q) for p, q in zip(saved.parameters(), first_weights[-1][role], strict=True))
+
+
+@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
+def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tmp_path, mode):
+    """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
+    one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
+    buffers in every forward) and nobody waits forever."""
+    (first, first_weights), (second, second_weights) = launch(base, tmp_path / "out", 2, mode, uneven=True)
+    for step_a, step_b in zip(first_weights, second_weights):
+        for role in step_a:
+            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
+    assert first["metrics"] == second["metrics"]
+    assert all(m["tokens"] > 0 for m in first["metrics"])
+
+
+def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, tmp_path):
+    (first, weights), _ = launch(base, tmp_path / "one", 2, "fsdp", sgd=False)  # the trainers' own AdamW
+    (other, other_weights), _ = launch(base, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
+    # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
+    # rollouts are played by a different b, so a's data differ: the check is on the first step.)
+    assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"]))
+    assert any(not torch.equal(p, q) for p, q in zip(weights[0]["b"], other_weights[0]["b"]))
+    # Each optimizer holds its own adapter's shards, and nothing else.
+    for role, names in first["optimizers"].items():
+        assert names and all(f".policy_{role}." in n and "lora_" in n for n in names)
+    # The checkpoint written from the shards is the trained adapter, and cross-play plays it.
+    from safetensors.torch import load_file
+
+    spec = first["specs"]["a"]
+    saved = load_file(f"{spec.split('adapter=')[1]}/adapter_model.safetensors")
+    trained = {name.replace(".policy_a.", "."): w for name, w in zip(first["names"]["a"], weights[-1]["a"], strict=True)}
+    assert set(saved) == set(trained)
+    assert all(torch.equal(saved[k], trained[k]) for k in saved)
+    runner = Crossplay(CrossplayConfig(policies=[f"{spec}&max_new_tokens=8"],
+                                       counterparts=["scripted:dealnodeal/conceder"],
+                                       scenarios=1, concurrency=2, retries=0), tmp_path / "run")
+    progress = asyncio.run(runner.run())
+    assert progress.done == 2 and progress.errors == 0
+
+
+@pytest.mark.parametrize("lora", [True, False], ids=["two-adapters", "two-models"])
+def test_a_sharded_run_resumes_to_the_weights_of_a_run_never_stopped(base, tmp_path, lora):
+    # AdamW: its moments are sharded too, and must come back into the right shards.
+    straight = launch(base, tmp_path / "straight", 2, "fsdp", lora=lora, sgd=False, steps=2)
+    launch(base, tmp_path / "resumed", 2, "fsdp", lora=lora, sgd=False, steps=1)
+    resumed = launch(base, tmp_path / "resumed", 2, "fsdp", lora=lora, sgd=False, steps=2)
+    assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
+    for (_, weights_straight), (_, weights_resumed) in zip(straight, resumed):
+        for role, tensors in weights_straight[-1].items():
+            assert all(torch.equal(a, b) for a, b in zip(tensors, weights_resumed[-1][role])), role

@@ -176,7 +176,7 @@ def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_p
             assert all(torch.equal(p, q) for p, q in zip(saved.parameters(), first_weights[-1][role], strict=True))
 
 
-@pytest.mark.parametrize("mode", ["fsdp", "ddp"])
+@pytest.mark.parametrize("mode", ["fsdp"])  # DDP pads by the same code (ibrl.update_role); one launch less
 def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tmp_path, mode):
     """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
     one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
@@ -214,7 +214,7 @@ def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, t
     assert progress.done == 2 and progress.errors == 0
 
 
-@pytest.mark.parametrize("lora", [True, False], ids=["two-adapters", "two-models"])
+@pytest.mark.parametrize("lora", [False], ids=["two-models"])  # the largest sharded tensors; LoRA: same code
 def test_a_sharded_run_resumes_to_the_weights_of_a_run_never_stopped(base, tmp_path, lora):
     # AdamW: its moments are sharded too, and must come back into the right shards.
     straight = launch(base, tmp_path / "straight", 2, "fsdp", lora=lora, sgd=False, steps=2)

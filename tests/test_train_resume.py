@@ -21,7 +21,7 @@ pytest.importorskip("accelerate")
 
 from ibrl_bench.errors import UserError  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
-from ibrl_bench.train import ibrl, resume, unilateral  # noqa: E402
+from ibrl_bench.train import ibrl, resume  # noqa: E402
 from ibrl_bench.train.steplog import read_log  # noqa: E402
 from test_train_ibrl import config, hand_rewards  # noqa: E402
 
@@ -72,18 +72,6 @@ def test_a_run_stopped_after_a_saved_step_resumes_to_the_same_bytes(base, tmp_pa
     # A finished run rerun changes nothing; raising `steps` continues it.
     ibrl.run(config(base, tmp_path, out=str(stopped), steps=3))
     assert adapters(stopped) == adapters(straight)
-
-
-@pytest.mark.slow
-def test_unilateral_resumes_too(base, tmp_path, rewarded):
-    def ucfg(out, steps):
-        fields = config(base, tmp_path, out=str(out), steps=steps).model_dump()
-        return unilateral.UnilateralConfig(**fields, role="b", counterpart="scripted:dealnodeal/boulware")
-
-    unilateral.run(ucfg(tmp_path / "straight", 2))
-    unilateral.run(ucfg(tmp_path / "parts", 1))
-    unilateral.run(ucfg(tmp_path / "parts", 2))
-    assert adapters(tmp_path / "parts", ["b"]) == adapters(tmp_path / "straight", ["b"])
 
 
 def test_a_state_of_another_recipe_is_refused_in_one_line(base, tmp_path, rewarded):

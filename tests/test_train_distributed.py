@@ -147,9 +147,11 @@ def assert_close_weights(got, want):
                 assert torch.allclose(p, q, rtol=1e-4, atol=1e-6), role
 
 
+# Unilateral runs the same `train` loop and sharding with one role (FSDP unilateral ran green here
+# before it left the suite to keep it under 10 minutes).
 @pytest.mark.parametrize("mode,trainer,lora", [
-    ("fsdp", "ibrl", True), ("fsdp", "ibrl", False), ("fsdp", "unilateral", True), ("ddp", "ibrl", True),
-], ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "fsdp-unilateral", "ddp-ibrl-two-adapters"])
+    ("fsdp", "ibrl", True), ("fsdp", "ibrl", False), ("ddp", "ibrl", True),
+], ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "ddp-ibrl-two-adapters"])
 def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_path_factory, mode, trainer, lora):
     ranks = launch(base, tmp_path / "out", 2, mode, trainer, lora)
     (first, first_weights), (second, second_weights) = ranks
@@ -189,8 +191,8 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tm
     assert all(m["tokens"] > 0 for m in first["metrics"])
 
 
-def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, tmp_path):
-    (first, weights), _ = launch(base, tmp_path / "one", 2, "fsdp", sgd=False)  # the trainers' own AdamW
+def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(base, tmp_path):
+    (first, weights), second = launch(base, tmp_path / "one", 2, "fsdp", sgd=False)  # the trainers' own AdamW
     (other, other_weights), _ = launch(base, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
@@ -212,15 +214,11 @@ def test_fsdp_keeps_the_roles_isolated_and_saves_a_checkpoint_that_plays(base, t
                                        scenarios=1, concurrency=2, retries=0), tmp_path / "run")
     progress = asyncio.run(runner.run())
     assert progress.done == 2 and progress.errors == 0
-
-
-@pytest.mark.parametrize("lora", [False], ids=["two-models"])  # the largest sharded tensors; LoRA: same code
-def test_a_sharded_run_resumes_to_the_weights_of_a_run_never_stopped(base, tmp_path, lora):
-    # AdamW: its moments are sharded too, and must come back into the right shards.
-    straight = launch(base, tmp_path / "straight", 2, "fsdp", lora=lora, sgd=False, steps=2)
-    launch(base, tmp_path / "resumed", 2, "fsdp", lora=lora, sgd=False, steps=1)
-    resumed = launch(base, tmp_path / "resumed", 2, "fsdp", lora=lora, sgd=False, steps=2)
+    # Stopped after step 1 and resumed: the weights of the run never stopped, on both processes.
+    # AdamW's moments are sharded like the adapters and must come back into the right shards.
+    launch(base, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=1)
+    resumed = launch(base, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=2)
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
-    for (_, weights_straight), (_, weights_resumed) in zip(straight, resumed):
-        for role, tensors in weights_straight[-1].items():
-            assert all(torch.equal(a, b) for a, b in zip(tensors, weights_resumed[-1][role])), role
+    for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed):
+        for role, tensors in straight_weights[-1].items():
+            assert all(torch.equal(a, b) for a, b in zip(tensors, resumed_weights[-1][role], strict=True)), role

@@ -107,7 +107,9 @@ cli.main(sys.argv[2:])
 
 
 @pytest.mark.slow
-def test_the_cli_resumes_after_a_sigkill_with_one_log_line_per_step(base, tmp_path):
+def test_the_cli_resumes_after_a_sigkill_with_one_log_line_per_step(base, tmp_path, rewarded):
+    straight = tmp_path / "straight"
+    ibrl.run(config(base, tmp_path, out=str(straight), steps=4))  # in process: the same training, never stopped
     fields = config(base, tmp_path, steps=4, save_every=1).model_dump(mode="json")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({"version": 1, "method": "ibrl", **fields}))
@@ -119,8 +121,6 @@ def test_the_cli_resumes_after_a_sigkill_with_one_log_line_per_step(base, tmp_pa
                 "--quiet", f"out={out}"]
         return subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
-    straight = tmp_path / "straight"
-    assert train(straight).wait(timeout=300) == 0
     killed = tmp_path / "killed"
     proc = train(killed)
     deadline = time.monotonic() + 300

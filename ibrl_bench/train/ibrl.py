@@ -367,14 +367,11 @@ def old_logprobs_where_truncated(model: Any, batches: list[Any], cut: list[list[
 
 
 def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:
-    """Each role's mean reward over the step's rollouts, on all processes (equal shares each)."""
-    import torch
-
+    """Each role's mean reward over the step's rollouts on all processes."""
     rollouts = [r for g in groups for r in g.rollouts]
-    local = torch.tensor([sum(r.reward(role) for r in rollouts) / max(len(rollouts), 1) for role in roles],
-                         device=accelerator.device)
-    overall = accelerator.reduce(local, reduction="mean") if accelerator.num_processes > 1 else local
-    return dict(zip(roles, overall.tolist()))
+    local = [sum(r.reward(role) for r in rollouts) for role in roles] + [len(rollouts)]
+    *sums, count = _over_processes(accelerator, local)
+    return {role: total / max(count, 1) for role, total in zip(roles, sums)}
 
 
 def check_rollout_engine(config: IBRLConfig) -> None:
@@ -434,10 +431,10 @@ def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         raise UserError("the RL trainers run on one device, with DDP or with FSDP, not DeepSpeed; "
                         "use training/accelerate/multi-gpu-fsdp.yaml or multi-gpu-ddp.yaml")
+    for policy in policies.values():
+        if policy.reference_model is not None:
+            policy.reference_model.to(accelerator.device)
     if fsdp.wanted(accelerator):
-        for policy in policies.values():
-            if policy.reference_model is not None:
-                policy.reference_model.to(accelerator.device)
         fsdp.shard(policies, mixed_precision)
         return
     prepared: dict[int, Any] = {}
@@ -447,8 +444,6 @@ def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str
             prepared[key] = accelerator.prepare_model(policy.model)
         policy.model = prepared[key]
         policy.optimizer = accelerator.prepare_optimizer(policy.optimizer)
-        if policy.reference_model is not None:
-            policy.reference_model.to(accelerator.device)
 
 
 def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role, str]:

@@ -248,3 +248,8 @@ def _prepare_tokenizer(tokenizer: Any, label: str) -> None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+def dtype_name(model: Any) -> str:
+    """The dtype of a model's weights as `load_model` takes it ("float32", "bfloat16", ...)."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")

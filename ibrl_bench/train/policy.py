@@ -134,9 +134,9 @@ class Policy:
 
         from peft import PeftModel
 
-        from ibrl_bench.models.loading import load_model, resolve_source
+        from ibrl_bench.models.loading import dtype_name, load_model, resolve_source
 
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        dtype = dtype_name(model)
         with tempfile.TemporaryDirectory() as tmp:
             self._save_adapter(model, Path(tmp), state)
             source = resolve_source(self.base_target, self.base_params.get("gguf_file"))

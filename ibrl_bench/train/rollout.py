@@ -3,8 +3,8 @@ dialogue loop (`runner.episode.play_episode`), turned into per-role training sam
 
 A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
 `policy_agents`), or, with `rollout_engine: vllm`, a `VLLMAgent` on the base model that serves the
-policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply carries the exact prompt ids the model saw, the ids it generated
-and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
+policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply carries
+the exact prompt ids the model saw, the ids it generated and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
 as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
 any agent; it does not trace and yields no samples.
 
@@ -174,6 +174,7 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     previous step's adapters are deleted once replaced: the engine has read them.
     """
     from ibrl_bench.agents.vllm_local import VLLMAgent, VLLMParams, eos_ids, import_vllm, load_engine
+    from ibrl_bench.models.loading import dtype_name
 
     import_vllm()
     from vllm.lora.request import LoRARequest
@@ -184,7 +185,7 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     folder = Path(folder)
     base = rollout_base(first, folder / "base")
     model = first.generation_model()
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = dtype_name(model)
     params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
                         dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
                         max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()))
@@ -207,14 +208,14 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
 
 def rollout_base(policy: Any, folder: Path) -> Path:
     """The checkpoint folder of the frozen base that the policies' adapters sit on."""
-    from ibrl_bench.models.loading import converted_gguf, load_model, resolve_source
+    from ibrl_bench.models.loading import converted_gguf, dtype_name, load_model, resolve_source
 
     source = resolve_source(policy.base_target, policy.base_params.get("gguf_file"))
     if policy.warm_adapter is None:
         return converted_gguf(source) if source.gguf_file else source.folder
     # Training from a warm-start adapter runs on base + that adapter merged, which is on no disk.
     if not (folder / "config.json").is_file():
-        dtype = str(next(policy.generation_model().parameters()).dtype).removeprefix("torch.")
+        dtype = dtype_name(policy.generation_model())
         merged = load_model(source, policy.warm_adapter, "cpu", dtype)
         merged.model.merge_and_unload().save_pretrained(folder)
         merged.tokenizer.save_pretrained(folder)

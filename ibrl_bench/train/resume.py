@@ -153,8 +153,10 @@ def _read(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        # weights_only: a state file is data; loading must not run code from it.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        # weights_only: a state file is data; loading must not run code from it. mmap: tensors are
+        # read when used, so the CLI's look at the step (`saved_step`) does not read a state of
+        # hundreds of MB that `restore` then reads again.
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # a truncated or foreign file: say which, and what to do
         raise UserError(f"cannot read the training state {path} ({type(e).__name__}); "
                         "remove it to start over") from None

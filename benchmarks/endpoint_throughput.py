@@ -22,6 +22,11 @@ in series (client and endpoint CPU, loopback), before any queueing. With 50 ms l
 episodes need about 320 calls/s; client and endpoint CPU per call then load their cores at
 320/s x CPU, and the queueing that load causes adds to every call's latency too.
 
+At --low the ratio is split into `round_ms` (a round's mean time inside an episode) and
+`slots_busy` (the share of the run the episode slots were full), and set beside two bounds: the
+ratio the client stack alone would allow at its latency at that concurrency, and the ratio a bare
+aiohttp session (the transport under the openai client) would allow.
+
     python benchmarks/endpoint_throughput.py [--latency-ms 50] [--scenarios 40] [--uvloop] [--profile]
 """
 
@@ -113,8 +118,14 @@ def crossplay(url: str, concurrency: int, scenarios: int, run=asyncio.run, profi
     calls = sum(len(r.transcript) for r in records)
     # Talk moves are sequential; the two private splits are asked for at once: one round.
     rounds = sum(r.outcome.turns + 1 for r in records) / len(records)
+    busy = sum(r.duration_s for r in records)
     out = {"episodes": len(records), "seconds": elapsed, "episodes_per_s": len(records) / elapsed,
-           "calls_per_s": calls / elapsed, "rounds_per_episode": rounds}
+           "calls_per_s": calls / elapsed, "rounds_per_episode": rounds,
+           # The ratio splits into two factors: how long a round takes inside an episode, and
+           # what share of the run the `concurrency` episode slots were busy (the first and last
+           # waves leave some empty).
+           "round_ms": busy / sum(r.outcome.turns + 1 for r in records) * 1000,
+           "slots_busy": busy / (concurrency * elapsed)}
     if prof:
         stats = pstats.Stats(prof).stats
         by_package: dict[str, float] = {}
@@ -166,6 +177,35 @@ def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
         await agent.aclose()
+        return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
+
+    return run(main())
+
+
+def bare_aiohttp(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
+    """The transport alone: the same request body posted with a bare aiohttp session (the
+    transport under the openai client; no client, no harness), at the same concurrency on the
+    same endpoint."""
+    import aiohttp
+
+    body = json.dumps(dict(model="fake", messages=typical_conversation(), temperature=0.7, top_p=1.0,
+                           max_tokens=256)).encode()
+
+    async def main() -> dict:
+        left, latencies = calls, []
+        async with aiohttp.ClientSession(headers={"Content-Type": "application/json"}) as session:
+            async def worker():
+                nonlocal left
+                while left > 0:
+                    left -= 1
+                    start = time.perf_counter()
+                    async with session.post(f"{url}/chat/completions", data=body) as response:
+                        await response.read()
+                    latencies.append(time.perf_counter() - start)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed = time.perf_counter() - start
         return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
 
     return run(main())
@@ -228,6 +268,7 @@ def main() -> None:
             stack, stack_cpu = cpu_per_call(lambda: client_stack(url, conc, calls, run), proc)
             bare, bare_cpu = cpu_per_call(lambda: bare_client(url, conc, calls, run), proc)
             levels[name] = (conc, harness, harness_cpu, stack, stack_cpu, bare, bare_cpu)
+        floor = bare_aiohttp(url, args.low, int(levels["low"][1]["calls_per_s"] * levels["low"][1]["seconds"]), run)
     finally:
         proc.terminate()
         proc.wait()
@@ -250,7 +291,15 @@ def main() -> None:
             level = {"concurrency": conc, "episodes_per_s": round(harness["episodes_per_s"], 2),
                      "latency_bound_episodes_per_s": round(limit, 2),
                      "ratio_to_latency_bound": round(harness["episodes_per_s"] / limit, 3),
-                     "client_stack_mean_latency_ms": round(stack["mean_latency_s"] * 1000, 1)} | level
+                     # where the ratio goes: per round inside an episode, and slots left empty
+                     "round_ms": round(harness["round_ms"], 2), "slots_busy": round(harness["slots_busy"], 3),
+                     # Latency per call of the client stack alone and of the bare transport under
+                     # it, and the ratio each would allow if a round took just that: bounds that
+                     # the harness, which adds its own work to every round, cannot go over.
+                     "client_stack_mean_latency_ms": round(stack["mean_latency_s"] * 1000, 1),
+                     "ratio_bound_by_client_stack": round(args.latency_ms / (stack["mean_latency_s"] * 1000), 3),
+                     "bare_aiohttp_mean_latency_ms": round(floor["mean_latency_s"] * 1000, 1),
+                     "ratio_bound_by_bare_aiohttp": round(args.latency_ms / (floor["mean_latency_s"] * 1000), 3)} | level
             for key in ("profile_share_by_package", "top_functions"):
                 if key in harness:
                     level[key] = harness[key]

@@ -6,8 +6,8 @@ backend's `observation=true` test hook) that agent plays the move, so real games
 Without an observation it answers with a fixed move.
 
 Faults are injected at chosen rates: 429 with Retry-After, 500, a hang past the client's
-timeout, malformed JSON, empty content; plus a fixed latency. `required_key` makes every request
-with another key fail with 401.
+timeout, malformed JSON, empty content; plus a fixed latency, counted from a request's arrival
+to its answer. `required_key` makes every request with another key fail with 401.
 
     with serve(make_app(Faults(latency_ms=50, p_429=0.1))) as base_url: ...
     python -m ibrl_bench.testing.fake_openai --port 8011 --latency-ms 50
@@ -17,6 +17,7 @@ with another key fail with 401.
 import argparse
 import asyncio
 import contextlib
+import json
 import random
 import threading
 import time
@@ -59,6 +60,11 @@ def make_app(faults: Faults | None = None):
     app.state.inflight = 0
     app.state.max_inflight = 0
 
+    def json_response(body: dict) -> Response:
+        # Serialised here: FastAPI walks a returned dict through jsonable_encoder in Python
+        # first, which a body of plain strings and numbers does not need.
+        return Response(json.dumps(body), media_type="application/json")
+
     def error(status: int, message: str, headers: dict[str, str] | None = None):
         body = {"error": {"message": message, "type": "fake", "code": status}}
         return JSONResponse(body, status_code=status, headers=headers)
@@ -74,12 +80,20 @@ def make_app(faults: Faults | None = None):
             app.state.inflight -= 1
 
     async def answer(request):
+        # The injected latency runs from the request's arrival to the answer, the endpoint's own
+        # work included, as a real server's latency does: this process's CPU (parsing, the agent's
+        # move, the reply's JSON) is the test rig's, not part of the latency being modelled.
+        due = time.monotonic() + faults.latency_ms / 1000
+        response = await reply(request)
+        if faults.latency_ms:
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        return response
+
+    async def reply(request):
         key = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         body = await request.json()
         if faults.required_key is not None and key != faults.required_key:
             return error(401, f"Incorrect API key provided: {key}")
-        if faults.latency_ms:
-            await asyncio.sleep(faults.latency_ms / 1000)
         if app.state.requests <= faults.first_429:
             app.state.faults_served += 1
             return error(429, "rate limited", {"retry-after": str(faults.retry_after_s)})
@@ -116,7 +130,7 @@ def make_app(faults: Faults | None = None):
         if faults.echo_key:
             text = f"{text} (key {key})"
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        return {
+        return json_response({
             "id": f"fake-{app.state.requests}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -125,7 +139,7 @@ def make_app(faults: Faults | None = None):
                          "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                       "total_tokens": prompt_tokens + len(text.split())},
-        }
+        })
 
     @app.get("/v1/models")
     async def models():

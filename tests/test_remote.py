@@ -108,6 +108,29 @@ def test_retry_after_is_honoured(tmp_path):
     assert elapsed >= 0.5, "two Retry-After waits of 0.25 s"
 
 
+def test_the_fake_endpoints_latency_runs_from_arrival_with_the_agent_behind_it_inside():
+    """The benchmarks read ratios to the injected latency, so the endpoint's own work (here an
+    agent behind it that takes 0.3 s) must fall inside that latency, not add to it."""
+    import urllib.request
+
+    game = get_domain("dealnodeal")
+    state = game.start(game.scenario_set("test", 1).scenarios[0], 0)
+    body = json.dumps({"model": "python:plugins:make_slow?delay=0.3", "messages": [],
+                       "ibrl_observation": game.observe(state, game.to_move(state)[0]).model_dump(mode="json")})
+    with serve(make_app(Faults(latency_ms=400))) as url:
+        def post() -> tuple[float, dict]:
+            request = urllib.request.Request(f"{url}/chat/completions", data=body.encode(),
+                                             headers={"Content-Type": "application/json"})
+            start = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return time.perf_counter() - start, json.load(response)
+
+        post()  # the first request builds the agent behind the endpoint
+        elapsed, reply = post()
+    assert reply["choices"][0]["message"]["content"]  # the agent behind it moved
+    assert 0.4 <= elapsed < 0.65, f"{elapsed:.3f} s: 0.4 s expected, 0.7 s if the agent's time were added"
+
+
 def test_concurrency_limit_is_per_endpoint_and_shared_by_all_episodes(tmp_path):
     app = make_app(Faults(latency_ms=20))
     with serve(app) as url:

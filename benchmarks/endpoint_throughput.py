@@ -117,14 +117,14 @@ def crossplay(url: str, concurrency: int, scenarios: int, run=asyncio.run, profi
     assert all(r.outcome.status != "error" for r in records)
     calls = sum(len(r.transcript) for r in records)
     # Talk moves are sequential; the two private splits are asked for at once: one round.
-    rounds = sum(r.outcome.turns + 1 for r in records) / len(records)
+    rounds = sum(r.outcome.turns + 1 for r in records)
     busy = sum(r.duration_s for r in records)
     out = {"episodes": len(records), "seconds": elapsed, "episodes_per_s": len(records) / elapsed,
-           "calls_per_s": calls / elapsed, "rounds_per_episode": rounds,
+           "calls_per_s": calls / elapsed, "rounds_per_episode": rounds / len(records),
            # The ratio splits into two factors: how long a round takes inside an episode, and
            # what share of the run the `concurrency` episode slots were busy (the first and last
            # waves leave some empty).
-           "round_ms": busy / sum(r.outcome.turns + 1 for r in records) * 1000,
+           "round_ms": busy / rounds * 1000,
            "slots_busy": busy / (concurrency * elapsed)}
     if prof:
         stats = pstats.Stats(prof).stats
@@ -151,6 +151,29 @@ def typical_conversation() -> list[dict[str, str]]:
     return game.chat_messages(game.observe(state, game.to_move(state)[0]))
 
 
+def typical_request() -> dict:
+    """The body every pass sends: a mid-game move with the harness's generation parameters."""
+    return dict(model="fake", messages=typical_conversation(), temperature=0.7, top_p=1.0, max_tokens=256)
+
+
+async def closed_loop(send, concurrency: int, calls: int) -> dict:
+    """`calls` awaits of `send()`, `concurrency` at a time, each started as soon as one ends."""
+    left, latencies = calls, []
+
+    async def worker():
+        nonlocal left
+        while left > 0:
+            left -= 1
+            start = time.perf_counter()
+            await send()
+            latencies.append(time.perf_counter() - start)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
+
+
 def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
     """The harness's transport alone: `calls` requests straight through the backend's `complete`,
     under the shared retry layer as the harness sends them (a dropped connection is retried)."""
@@ -158,26 +181,14 @@ def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
     from ibrl_bench.agents.spec import build_agent
 
     agent = build_agent(SPEC.format(model="fake", url=url), "dealnodeal")
-    request = dict(model="fake", messages=typical_conversation(), temperature=0.7, top_p=1.0, max_tokens=256)
+    request = typical_request()
 
     async def main() -> dict:
-        left = calls
-        latencies = []
-
-        async def worker():
-            nonlocal left
-            while left > 0:
-                left -= 1
-                start = time.perf_counter()
-                await call(agent.endpoint, agent.settings, lambda: agent.complete(request))
-                latencies.append(time.perf_counter() - start)
-
         await agent.complete(request)  # the connection, once
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
+        out = await closed_loop(lambda: call(agent.endpoint, agent.settings, lambda: agent.complete(request)),
+                                concurrency, calls)
         await agent.aclose()
-        return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
+        return out
 
     return run(main())
 
@@ -188,25 +199,15 @@ def bare_aiohttp(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
     same endpoint."""
     import aiohttp
 
-    body = json.dumps(dict(model="fake", messages=typical_conversation(), temperature=0.7, top_p=1.0,
-                           max_tokens=256)).encode()
+    body = json.dumps(typical_request()).encode()
 
     async def main() -> dict:
-        left, latencies = calls, []
         async with aiohttp.ClientSession(headers={"Content-Type": "application/json"}) as session:
-            async def worker():
-                nonlocal left
-                while left > 0:
-                    left -= 1
-                    start = time.perf_counter()
-                    async with session.post(f"{url}/chat/completions", data=body) as response:
-                        await response.read()
-                    latencies.append(time.perf_counter() - start)
+            async def send():
+                async with session.post(f"{url}/chat/completions", data=body) as response:
+                    await response.read()
 
-            start = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            elapsed = time.perf_counter() - start
-        return {"calls_per_s": calls / elapsed, "seconds": elapsed, "mean_latency_s": sum(latencies) / len(latencies)}
+            return await closed_loop(send, concurrency, calls)
 
     return run(main())
 
@@ -214,24 +215,13 @@ def bare_aiohttp(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
 def bare_client(url: str, concurrency: int, calls: int, run=asyncio.run) -> dict:
     from openai import AsyncOpenAI
 
-    messages = typical_conversation()
+    request = typical_request()
 
-    async def main() -> float:
+    async def main() -> dict:
         client = AsyncOpenAI(api_key="none", base_url=url, max_retries=3, timeout=30)  # as the harness retries
-        left = calls
-
-        async def worker():
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await client.chat.completions.create(model="fake", messages=messages, max_tokens=256,
-                                                     temperature=0.7, top_p=1.0)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
+        out = await closed_loop(lambda: client.chat.completions.create(**request), concurrency, calls)
         await client.close()
-        return {"calls_per_s": calls / elapsed, "seconds": elapsed}
+        return out
 
     return run(main())
 

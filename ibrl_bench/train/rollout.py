@@ -2,11 +2,12 @@
 dialogue loop (`runner.episode.play_episode`), turned into per-role training samples.
 
 A trainable role plays through an `HFAgent` built on its live policy with `trace=True` (see
-`policy_agents`), or, with `rollout_engine: vllm`, a `VLLMAgent` on the base model that serves the
-policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply carries
-the exact prompt ids the model saw, the ids it generated and their log-probabilities under the sampling distribution. Those become the role's `Sample`s
-as they are: text is never re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is
-any agent; it does not trace and yields no samples.
+`policy_agents`), or, with `rollout_engine: vllm`, a `VLLMAgent` on the base model that serves
+the policies' adapters as saved after the last update (`vllm_policy_agents`), so every reply
+carries the exact prompt ids the model saw, the ids it generated and their log-probabilities under
+the sampling distribution. Those become the role's `Sample`s as they are: text is never
+re-tokenized. A fixed counterpart (scripted, card, frozen hf:) is any agent; it does not trace and
+yields no samples.
 
 Rewards come from the domain's outcome (`Outcome.rewards[role]`), one scalar per role per
 episode. The advantage computation (losses.py) sees a role's rewards within its own group only.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ibrl_bench import __version__
@@ -45,6 +47,20 @@ PLAY_DEFAULTS = {
 }
 
 
+class Finite(click.FloatRange):
+    """A FloatRange that refuses nan, which passes every comparison of a range."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number; give one such as 1.5", param, ctx)
+        return number
+
+
+MAX_SEEDS = 10_000
+MOVE_TIMEOUT = Finite(min=0, min_open=True)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ibrl-bench")
 def cli() -> None:
@@ -60,12 +76,12 @@ def cli() -> None:
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True, help="First N scenarios of the split.")
 @click.option("--contexts", type=click.Path(dir_okay=False), default=None, help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True, help="Seeds per scenario.")
+@click.option("--seeds", type=click.IntRange(min=1, max=MAX_SEEDS), default=1, show_default=True, help="Seeds per scenario.")
 @click.option("--max-turns", type=click.IntRange(min=2), default=None, help="Message limit (domain default).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
-@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
-@click.option("--fail-on-error", type=click.FloatRange(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
+@click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
@@ -122,12 +138,14 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
 
     def on_progress(p) -> None:
         nonlocal announced
-        if not announced:  # the first report comes once the run folder is open
-            if p.resumed:
-                err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
-            else:
-                err_console.print(f"run folder: {out}", highlight=False)
-        announced = True
+        # A resumed folder is named at once; a new one with its first episode, since a run that
+        # stops before any (a rejected key) leaves no folder behind.
+        if not announced and p.resumed:
+            err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
+            announced = True
+        elif not announced and p.done + p.errors:
+            err_console.print(f"run folder: {out}", highlight=False)
+            announced = True
         bar.update(task, completed=p.done + p.errors, errors=p.errors)
 
     aborted: RunAborted | None = None
@@ -138,6 +156,8 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
             aborted = e
         except KeyboardInterrupt:
             aborted = RunAborted(f"interrupted; finished episodes are kept in {out}: rerun with --out {out} to resume")
+    if aborted and not runner.store.manifest_path.exists():
+        raise aborted  # stopped before its first episode: the run left nothing behind
     results = _write_results(runner.store, runner.manifest(), runner.total())
     _print_results(results, out)
     if aborted:
@@ -173,6 +193,13 @@ def _print_results(results, out: Path) -> None:
                       f"rerun with --out {out} to retry them[/yellow]")
         for message, count in results.error_kinds.items():
             console.print(f"  {count} x {message}", markup=False, highlight=False)
+    elif not results.complete:
+        n_done = sum(c.n_scored for c in results.cells)
+        console.print(f"[yellow]unfinished: {n_done} of {results.n_planned} planned episodes are recorded; "
+                      f"rerun the crossplay command with --out {out} to finish it[/yellow]", highlight=False)
+    retries = sum(n for c in results.cells for n in c.retries.values())
+    if retries:
+        console.print(f"{retries} remote retries absorbed (per cell and kind in results.json)", highlight=False)
     console.print(f"results: {out / 'results.json'}, {out / 'cells.csv'}")
 
 
@@ -180,20 +207,14 @@ def _print_results(results, out: Path) -> None:
 @click.argument("run", type=click.Path(file_okay=False))
 def show(run: str) -> None:
     """Print the cell table of a run (recomputed from its episodes if it did not finish)."""
-    from ibrl_bench.runner.store import RunStore
-    from ibrl_bench.stats.matrix import Results
+    from ibrl_bench.runs import Run
 
-    store = RunStore(run)
-    if not store.manifest_path.exists():
-        raise UserError(f"{run} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
-    results_path = store.folder / "results.json"
-    if results_path.exists():
-        results = Results.model_validate_json(results_path.read_text())
-    else:
+    r = Run(run)
+    results = r.saved_results()
+    if results is None:  # never written, or stale: the log holds other episodes than it counts
         from ibrl_bench.runner.crossplay import planned_episodes
 
-        manifest = store.read_manifest()
-        results = _write_results(store, manifest, planned_episodes(manifest.identity))
+        results = _write_results(r.store, r.manifest, planned_episodes(r.manifest.identity))
     _print_results(results, Path(run))
 
 
@@ -206,7 +227,8 @@ def show(run: str) -> None:
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-turns", type=click.IntRange(min=2), default=None)
-def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) -> None:
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take.")
+def play(domain, policy, counterpart, role, split, scenario, seed, max_turns, move_timeout) -> None:
     """Play one episode and print it turn by turn."""
     from ibrl_bench.agents.spec import build_agent
     from ibrl_bench.domains import get_domain
@@ -230,9 +252,26 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
         if chosen is None:
             raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
     agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
+    from ibrl_bench.runner.watchdog import LoopWatchdog
+
+    async def episode():
+        try:
+            async with LoopWatchdog(move_timeout):
+                return await play_episode(game, chosen, agents, seed, max_turns, move_timeout)
+        finally:
+            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+
+    try:
+        result = asyncio.run(episode())
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an agent's failure, told in one line
+        from ibrl_bench.runner.crossplay import _describe
+
+        raise UserError(f"the episode failed: {_describe(e, move_timeout)}; check the agents "
+                        "(crossplay retries such failures and records them as errors)") from None
     console.print(f"[bold]{chosen.id}[/bold]  seed={seed}")
     console.print(game.describe(chosen), markup=False, highlight=False)
-    result = asyncio.run(play_episode(game, chosen, agents, seed, max_turns))
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 
 
@@ -315,10 +354,19 @@ def counterparts_check(name: str, domain: str | None) -> None:
         finally:
             await agent.aclose()
 
-    reply, seconds = asyncio.run(once())
+    try:
+        reply, seconds = asyncio.run(once())
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the transport raised, told in one line
+        from ibrl_bench.agents.remote import RemoteFailure
+        from ibrl_bench.runner.crossplay import _describe
+
+        hint = "" if isinstance(e, RemoteFailure) else "; check the server and the card's base_url, model and key_env"
+        raise UserError(f"{name} did not answer: {_describe(e, None)}{hint}") from None
     usage = reply.usage.model_dump() if reply.usage else {}
     console.print(f"{name}: answered in {seconds:.2f} s, usage {usage}", highlight=False)
-    console.print(f"reply: {reply.text[:300]}", markup=False, highlight=False)
+    console.print(f"reply: {scrub(reply.text[:300])}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- analysis of a run (stats, report)
@@ -338,6 +386,9 @@ def _open_run(path: str, roles: tuple[str, ...] = ()):
     frame = run.frame
     if frame.empty:
         raise UserError(f"{path} holds no finished episode yet; run crossplay first")
+    note = run.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     for role in roles:
         if role not in set(frame["policy_role"]):
             raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
@@ -438,7 +489,13 @@ def rank(run, metric, roles, confidence, as_json) -> None:
     from ibrl_bench.report import tables
     from ibrl_bench.stats.ranking import rankings
 
-    _, frame = _open_run(run, roles)
+    r, frame = _open_run(run, roles)
+    missing = [cell for cell in r.missing_cells() if not roles or cell[2] in roles]
+    if missing:
+        p, c, role = missing[0]
+        raise UserError(f"rank needs a score in every cell of the matrix, and {len(missing)} cell(s) have none yet "
+                        f"(the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay command with "
+                        "--out), or --role the roles that are complete")
     result = rankings(frame, metric=metric, confidence=confidence)
     _emit(result, tables.rankings(result), as_json)
 
@@ -572,11 +629,15 @@ def train(method, recipe, quiet, overrides) -> None:
     hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
     out = Path(config.out)
     main_process = _main_process()
+    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state, before any write
     if main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
+            (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+        except OSError as e:
+            raise UserError(f"cannot write the training output folder {out}: {e.strerror}; set out= to a "
+                            "folder you can write to") from None
     if done and main_process:
         err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)
     step_log = (StepLog(out, config.steps, method, quiet=quiet, console=err_console, resume_after=done)
@@ -648,7 +709,7 @@ def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_token
 @click.option("--train-counterpart", default=None, metavar="SPEC",
               help="The counterpart the policy trained against; adds its episodes, for the mismatch column.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
-@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True,
               help="Seconds one move may take (raise it for local models on a CPU).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default runs/submit/DOMAIN/TRACK/NAME); the same command resumes it.")
@@ -741,16 +802,18 @@ def leaderboard_show(track_ref: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     register_environment()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s",
-                        handlers=[RichHandler(console=err_console, show_path=False)])
+    handler = RichHandler(console=err_console, show_path=False)
+    handler.addFilter(_scrub_log_record)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler])
     try:
         code = cli.main(args=argv, prog_name="ibrl-bench", standalone_mode=False)
     except click.UsageError as e:
         hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
-        err_console.print(f"error: {e.format_message()}{hint}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(e.format_message()))}{hint}", markup=False, highlight=False,
+                          soft_wrap=True)
         sys.exit(2)
     except click.ClickException as e:
-        err_console.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(e.format_message()))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except click.Abort:
         err_console.print("interrupted")
@@ -766,9 +829,25 @@ def main(argv: list[str] | None = None) -> None:
             err_console.print("interrupted")
         sys.exit(130)
     except UserError as e:
-        err_console.print(f"error: {scrub(str(e))}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(str(e)))}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except OSError as e:  # a file the command needs cannot be read or written (permissions, a full disk)
+        where = f" {e.filename}" if e.filename else ""
+        err_console.print(f"error: cannot use{where}: {e.strerror or e}; check the path and its permissions",
+                          markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "unknown error"
+
+
+def _scrub_log_record(record: logging.LogRecord) -> bool:
+    """Log lines pass the same masking as everything the harness writes."""
+    record.msg = scrub(record.getMessage())
+    record.args = None
+    return True
 
 
 if __name__ == "__main__":

@@ -312,17 +312,20 @@ def counterparts_list() -> None:
 def counterparts_show(name: str) -> None:
     """A card (or panel) with its content hash and the spec it stands for."""
     from ibrl_bench.agents.cards import available_cards, load_card
-    from ibrl_bench.agents.panels import load_panel
+    from ibrl_bench.agents.panels import available_panels, load_panel
 
     if name in available_cards():
         card = load_card(name)
         console.print(f"[bold]{card.id}[/bold] (card, hash {card.hash})")
         console.print(f"spec: {card.spec()}", markup=False, highlight=False)
         console.print(json.dumps(card.model_dump(mode="json"), indent=2), markup=False, highlight=False)
-    else:
+    elif name in available_panels():
         panel = load_panel(name)
         console.print(f"[bold]{panel.name}[/bold] (panel for {panel.domain})")
         console.print(json.dumps(panel.model_dump(mode="json"), indent=2), markup=False, highlight=False)
+    else:
+        known = ", ".join([*available_cards(), *available_panels()]) or "none found"
+        raise UserError(f"no card or panel named {name!r}; known: {known}")
 
 
 @counterparts.command("check")
@@ -374,24 +377,32 @@ def counterparts_check(name: str, domain: str | None) -> None:
 _metric_option = click.option("--metric", default="success_at_1", show_default=True,
                               help="Metric by name: success_at_1, agreement, policy_score, ... or a domain metric.")
 _role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
-_confidence_option = click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
+_confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 
 
-def _open_run(path: str, roles: tuple[str, ...] = ()):
-    """The run and its episode table, narrowed to `roles`."""
+def _open_run(path: str, roles: tuple[str, ...] = (), every_cell: str | None = None):
+    """The run and its episode table, narrowed to `roles`. With `every_cell` (the command's name),
+    a run that lacks a scored episode in some cell of its matrix is refused rather than ranked
+    without it. An unfinished run is named in a note on stderr."""
     from ibrl_bench.runs import Run
 
     run = Run(path)
     frame = run.frame
     if frame.empty:
         raise UserError(f"{path} holds no finished episode yet; run crossplay first")
-    note = run.unfinished()
-    if note:
-        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     for role in roles:
         if role not in set(frame["policy_role"]):
             raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
+    missing = [cell for cell in run.missing_cells() if not roles or cell[2] in roles] if every_cell else []
+    if missing:
+        p, c, role = missing[0]
+        raise UserError(f"{every_cell} needs a score in every cell of the matrix, and {len(missing)} cell(s) have none "
+                        f"yet (the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay command "
+                        "with the same --out), or pass --role for the roles that are complete")
+    note = run.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     if roles:
         frame = frame[frame["policy_role"].isin(roles)]
     return run, frame
@@ -489,13 +500,7 @@ def rank(run, metric, roles, confidence, as_json) -> None:
     from ibrl_bench.report import tables
     from ibrl_bench.stats.ranking import rankings
 
-    r, frame = _open_run(run, roles)
-    missing = [cell for cell in r.missing_cells() if not roles or cell[2] in roles]
-    if missing:
-        p, c, role = missing[0]
-        raise UserError(f"rank needs a score in every cell of the matrix, and {len(missing)} cell(s) have none yet "
-                        f"(the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay command with "
-                        "--out), or --role the roles that are complete")
+    _, frame = _open_run(run, roles, every_cell="rank")
     result = rankings(frame, metric=metric, confidence=confidence)
     _emit(result, tables.rankings(result), as_json)
 
@@ -529,17 +534,17 @@ def _int_list(ctx, param, value: str) -> list[int]:
 
 
 @cli.command()
-@click.option("--delta", type=float, required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
-@click.option("--rate", type=float, default=None, help="Expected rate of a 0/1 metric (with --icc).")
-@click.option("--icc", type=float, default=None, help="Share of the variance that lies between scenarios (0..1).")
-@click.option("--sd-between", type=click.FloatRange(min=0), default=None, help="SD of scenario means (scores).")
-@click.option("--sd-within", type=click.FloatRange(min=0), default=None, help="SD of an episode around its scenario's mean.")
-@click.option("--corr", type=click.FloatRange(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
+@click.option("--delta", type=Finite(), required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
+@click.option("--rate", type=Finite(), default=None, help="Expected rate of a 0/1 metric (with --icc).")
+@click.option("--icc", type=Finite(), default=None, help="Share of the variance that lies between scenarios (0..1).")
+@click.option("--sd-between", type=Finite(min=0), default=None, help="SD of scenario means (scores).")
+@click.option("--sd-within", type=Finite(min=0), default=None, help="SD of an episode around its scenario's mean.")
+@click.option("--corr", type=Finite(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
 @click.option("--from", "from_run", type=click.Path(file_okay=False), default=None, help="Estimate the variance parameters from a pilot run.")
 @_metric_option
 @click.option("--seeds", "seeds", default="1,2,4,8", show_default=True, callback=_int_list, help="Seeds per scenario to plan for.")
-@click.option("--alpha", type=float, default=0.05, show_default=True)
-@click.option("--power", type=float, default=0.8, show_default=True)
+@click.option("--alpha", type=Finite(), default=0.05, show_default=True)
+@click.option("--power", type=Finite(), default=0.8, show_default=True)
 @click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
 @_json_option
 def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, as_json) -> None:

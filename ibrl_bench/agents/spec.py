@@ -75,6 +75,8 @@ def parse_spec(text: str) -> AgentSpec:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise UserError(f"malformed parameters {query!r} in spec {text!r}; use key=value&key=value") from None
+    if any(not k for k, _ in pairs):
+        raise UserError(f"malformed parameters {query!r} in spec {text!r}; every parameter needs a name: key=value")
     params = {k: _coerce(v) for k, v in pairs}
     for k, v in params.items():
         if isinstance(v, float) and not math.isfinite(v):

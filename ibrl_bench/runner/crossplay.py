@@ -232,11 +232,16 @@ class Crossplay:
                     )
                     return
 
-        from ibrl_bench.runner.watchdog import LoopWatchdog
+        from ibrl_bench.runner import watchdog
 
-        hint = f"finished episodes are kept in {self.store.folder}; rerun the same command to resume"
+        def blocked(message: str) -> None:
+            # The loop's thread is held by the agent and touches nothing else meanwhile.
+            self.store.discard_if_unused()
+            kept = f"finished episodes are kept in {self.store.folder}; " if self.store.manifest_path.exists() else ""
+            watchdog.stop_process(f"{message}; {kept}rerun the same command once the agent is fixed")
+
         try:
-            async with LoopWatchdog(self.config.move_timeout if pending else None, hint):
+            async with watchdog.LoopWatchdog(self.config.move_timeout if pending else None, on_block=blocked):
                 workers.extend(asyncio.create_task(worker())
                                for _ in range(min(self.config.concurrency, len(pending))))
                 ended = await asyncio.gather(*workers, return_exceptions=True)  # stopped ones end cancelled

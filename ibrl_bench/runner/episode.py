@@ -5,8 +5,9 @@ persistence to the store. Any exception from an agent (or a move that outlasts `
 propagates to the caller, which decides what an infrastructure failure means. The timeout
 measures the agent's work on the move: an agent that queues the move behind other episodes'
 work restarts the move's clock as that queue moves (agents/base.py, MoveClock). An agent that
-ends a move with SystemExit, KeyboardInterrupt or a CancelledError of its own, or answers with
-something other than a Reply, is broken rather than unlucky: that stops the run (AgentCrashed).
+ends a move with SystemExit, KeyboardInterrupt, a CancelledError of its own (any BaseException that
+is not an Exception), or answers with something other than a Reply, is broken rather than
+unlucky: that stops the run (AgentCrashed).
 """
 
 from __future__ import annotations
@@ -96,13 +97,15 @@ async def _act(agent: Agent, obs: Observation) -> Reply:
     fix = "an agent returns a Reply, or raises an ordinary exception for a failed move; fix the agent"
     try:
         reply = await agent.act(obs)
-    except (SystemExit, KeyboardInterrupt) as e:
-        raise AgentCrashed(f"{name} raised {type(e).__name__} during a move; {fix}") from None
+    except Exception:
+        raise  # an ordinary failure: the caller decides (crossplay: an `error` episode, retried)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # cancelled from outside (a timeout, a stopped run): not the agent's doing
         raise AgentCrashed(f"{name} raised CancelledError of its own during a move; {fix}") from None
+    except BaseException as e:  # SystemExit, KeyboardInterrupt, GeneratorExit ... from the agent itself
+        raise AgentCrashed(f"{name} raised {type(e).__name__} during a move; {fix}") from None
     if not isinstance(reply, Reply):
         raise AgentCrashed(f"{name} answered a move with {type(reply).__name__}, not a Reply; "
                            "return ibrl_bench.agents.base.Reply(text=...)")

@@ -26,7 +26,7 @@ SLACK = 2.0  # seconds past the move timeout before a silent loop counts as bloc
 EXIT_CODE = 3
 
 
-def _stop_process(message: str) -> None:
+def stop_process(message: str) -> None:
     sys.stderr.write(f"error: {scrub(message)}\n")
     sys.stderr.flush()
     os._exit(EXIT_CODE)  # the loop's thread is stuck in the agent: nothing else can end it
@@ -46,13 +46,13 @@ def blocking_agent(thread_id: int) -> Agent | None:
 
 
 class LoopWatchdog:
-    """`async with LoopWatchdog(move_timeout, what):` around the part of a run that plays moves."""
+    """`async with LoopWatchdog(move_timeout):` around the part of a run that plays moves;
+    `on_block(message)` is called from the watchdog's thread and must end the process."""
 
-    def __init__(self, move_timeout: float | None, resume_hint: str = "",
-                 on_block: Callable[[str], None] = _stop_process, slack: float = SLACK):
+    def __init__(self, move_timeout: float | None,
+                 on_block: Callable[[str], None] = stop_process, slack: float = SLACK):
         self.move_timeout = move_timeout
         self.limit = None if move_timeout is None else move_timeout + slack
-        self.resume_hint = resume_hint
         self.on_block = on_block
         self.interval = 0.1 if self.limit is None else min(0.1, self.limit / 10)
         self._beat = time.monotonic()
@@ -94,5 +94,5 @@ class LoopWatchdog:
             self.on_block(
                 f"{name} blocked the event loop for {silent:.1f} s inside act (synchronous work such as "
                 f"time.sleep or a blocking call), past the move timeout of {self.move_timeout:g} s; make act "
-                "await instead (asyncio.sleep, asyncio.to_thread)" + (f"; {self.resume_hint}" if self.resume_hint else ""))
+                "await instead (asyncio.sleep, asyncio.to_thread)")
             return

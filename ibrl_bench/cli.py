@@ -635,11 +635,15 @@ def train(method, recipe, quiet, overrides) -> None:
     out = Path(config.out)
     main_process = _main_process()
     done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state, before any write
+    recipe_path = out / "recipe.yaml"
+    # What a refusal inside the trainer (a bad role, a run folder of another domain) puts back.
+    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
+    earlier_recipe = (recipe_path.read_bytes(), recipe_path.stat()) if recipe_path.is_file() else None
     if main_process:
         try:
             out.mkdir(parents=True, exist_ok=True)
             resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-            (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+            recipe_path.write_text(yaml.safe_dump(resolved, sort_keys=False))
         except OSError as e:
             raise UserError(f"cannot write the training output folder {out}: {e.strerror}; set out= to a "
                             "folder you can write to") from None
@@ -647,8 +651,13 @@ def train(method, recipe, quiet, overrides) -> None:
         err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)
     step_log = (StepLog(out, config.steps, method, quiet=quiet, console=err_console, resume_after=done)
                 if main_process else _NoLog())
-    with step_log as log:
-        result = module.run(config, log)
+    try:
+        with step_log as log:
+            result = module.run(config, log)
+    except UserError:
+        if main_process and step_log.undo():
+            _put_back(recipe_path, earlier_recipe, created)
+        raise
     if not main_process:
         return
     specs = {"policy": result} if isinstance(result, str) else dict(result)
@@ -659,6 +668,25 @@ def train(method, recipe, quiet, overrides) -> None:
     console.print("try it in cross-play against the held-out panel:", highlight=False)
     for line in _try_commands(config.domain, method, specs, config.max_new_tokens):
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _put_back(recipe_path: Path, earlier: tuple[bytes, os.stat_result] | None, created: Path | None) -> None:
+    """Undo the writes of a training refused before its first step: the recipe.yaml it replaced
+    (bytes and times), and the folders it created (when they hold nothing else)."""
+    if earlier is not None:
+        recipe_path.write_bytes(earlier[0])
+        os.utime(recipe_path, ns=(earlier[1].st_atime_ns, earlier[1].st_mtime_ns))
+    else:
+        recipe_path.unlink(missing_ok=True)
+    if created is None:
+        return
+    for folder in [recipe_path.parent, *recipe_path.parent.parents]:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == created:
+            return
 
 
 def _main_process() -> bool:

@@ -106,6 +106,27 @@ def _recipes(r: Path) -> None:
     (r / "unknown.yaml").write_text("version: 1\nmethod: sft\nstep: 3\n")
 
 
+UNILATERAL = str(Path(__file__).resolve().parents[1] / "training" / "dealnodeal-tiny-unilateral.yaml")
+
+
+def _trainings(world: Path) -> None:
+    """A training folder with its recipe, log and a resume state (lr 1e-4), and one without a state."""
+    torch = pytest.importorskip("torch")
+    from ibrl_bench.train import resume
+    from ibrl_bench.train.recipes import load_recipe
+    from ibrl_bench.train.unilateral import UnilateralConfig
+
+    for name in ("trained", "trained_nostate"):
+        folder = world / name
+        folder.mkdir()
+        (folder / "recipe.yaml").write_text("version: 1\nmethod: unilateral\n# as trained\n")
+        (folder / "train_log.jsonl").write_text('{"step": 1}\n')
+    config = load_recipe(UNILATERAL, UnilateralConfig, [f"out={world / 'trained'}"])
+    state = resume.state_path(config.out)
+    state.parent.mkdir()
+    torch.save({"format": resume.FORMAT, "step": 1, "identity": resume.identity(config), "policies": {}}, state)
+
+
 def _tracks(lb: Path) -> None:
     bomb = lb / "dealnodeal" / "bomb"
     bomb.mkdir(parents=True)
@@ -133,6 +154,7 @@ def world(tmp_path_factory):
     _cards(world / "cp")
     _recipes(world / "recipes")
     _tracks(world / "lb")
+    _trainings(world)
 
     def main(argv):
         return _call(cli, argv)
@@ -335,6 +357,11 @@ for recipe, fragment in [("recipes/latin.yaml", "not UTF-8"), ("recipes/bomb.yam
 case("train recipe of another method", ["train", "ibrl", "--recipe", "recipes/sft.yaml"], "method 'sft'")
 case("train bad override", ["train", "sft", "--recipe", "recipes/sft.yaml", "steps"], "KEY=VALUE")
 case("train override bomb", ["train", "sft", "--recipe", "recipes/sft.yaml", "steps=[*a]"], "override")
+T = ["train", "unilateral", "--recipe", UNILATERAL]
+case("train unilateral, lr of another training", [*T, "out=trained", "lr=2e-4"], "another recipe (lr: 0.0001 there, 0.0002 here)")
+case("train unilateral, role of another domain", [*T, "out=newtraining/x", "role=seller"], "not a role of dealnodeal")
+case("train unilateral, bad role over an earlier training", [*T, "out=trained_nostate", "role=c"], "not a role")
+case("train unilateral, nan lr", [*T, "out=newtraining", "lr=.nan"], "lr")
 case("train unknown method", ["train", "ppo", "--recipe", "recipes/sft.yaml"], "ppo")
 
 # Leaderboards.

@@ -85,10 +85,11 @@ async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply
             if done:
                 return move.result()
     finally:
-        # Cancelled (a timeout, a stopped run) or done: either way its outcome is collected here,
-        # so a move that failed as the episode was being stopped is not reported as unretrieved.
-        move.cancel()
-        await asyncio.gather(move, return_exceptions=True)
+        if not move.done():
+            move.cancel()
+            await asyncio.gather(move, return_exceptions=True)
+        elif not move.cancelled():
+            move.exception()  # collected: a move that failed as its episode was stopped is not "never retrieved"
 
 
 async def _act(agent: Agent, obs: Observation) -> Reply:

@@ -249,3 +249,19 @@ def test_telesales_plays_over_http_like_in_process(tmp_path):
     assert a.keys() == b.keys()
     assert all(b[k].outcome == a[k].outcome for k in a)
     assert json.loads((tmp_path / "http" / "manifest.json").read_text())["identity"]["prompt"].startswith("ts-prompt-v1")
+
+
+def test_a_litellm_model_without_a_key_is_not_said_to_have_its_key_rejected(monkeypatch):
+    pytest.importorskip("litellm")
+    monkeypatch.setenv("OPENAI_API_KEY", "not-the-right-one-0000")  # what litellm finds by itself
+    game = get_domain("dealnodeal")
+    obs = game.observe(game.start(game.scenario_set("test", 1).scenarios[0], 0), "a")
+    with serve(make_app(Faults(required_key="the-right-key-0000"))) as url:
+        without = build_agent(f"litellm:openai/m@{url}?max_attempts=1", "dealnodeal")
+        monkeypatch.setenv("IBRL_TEST_LITELLM_KEY", "also-wrong-key-0000")
+        named = build_agent(f"litellm:openai/m@{url}?max_attempts=1&key_env=IBRL_TEST_LITELLM_KEY", "dealnodeal")
+        with pytest.raises(FatalAgentError) as e:
+            asyncio.run(without.act(obs))
+        assert "rejected the key" not in str(e.value) and "no key_env is named" in str(e.value)
+        with pytest.raises(FatalAgentError, match="rejected the key"):
+            asyncio.run(named.act(obs))

@@ -119,6 +119,8 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
         fail_on_error=fail_on_error,
     )
+    if out is not None and not out.strip():
+        raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     _run_crossplay(config, Path(out), quiet)
 
@@ -156,6 +158,9 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
             aborted = e
         except KeyboardInterrupt:
             aborted = RunAborted(f"interrupted; finished episodes are kept in {out}: rerun with --out {out} to resume")
+        finally:
+            if not announced:  # stopped before its first episode: no bar is left behind its error line
+                bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
     results = _write_results(runner.store, runner.manifest(), runner.total())

@@ -301,6 +301,12 @@ for agent, fragment in [("ActSystemExit", "raised SystemExit during a move"),
     case(f"crossplay agent {agent}, existing empty --out", vs(spec, "--out", "emptydir", "--concurrency", "3"), fragment)
     case(f"play agent {agent}", ["play", "--policy", spec], fragment)
 case("crossplay broken key", vs("python:plugins:BadKey", "--out", "newrun"), "rejected the key")
+case("crossplay broken agent, with the progress bar", ["crossplay", "--policy", "python:hostile:ActSystemExit",
+                                                       "--counterpart", FAIR, "--out", "newrun"], "raised SystemExit")
+case("crossplay --out empty string", [*XP, "--out", ""], "--out is empty")
+case("crossplay very long spec", vs("scripted:dealnodeal/" + "x" * 5000), "unknown scripted agent")
+case("crossplay spec with a newline", vs("scripted:dealnodeal/fair\nrm -rf /"), "malformed agent spec")
+case("crossplay spec with markup", vs("scripted:dealnodeal/[bold]x[/bold]"), "[bold]x[/bold]")
 
 # Cards and panels (a folder of hostile ones).
 for name, fragment in [("latin", "not UTF-8"), ("bomb", "expands to more than"), ("recursive", "expands to more than"),
@@ -342,6 +348,9 @@ case("mismatch unknown counterpart", ["mismatch", "run", "--policy", "fair", "--
 case("passk one seed", ["passk", "run"], "one seed per scenario")
 case("rank unknown role", ["rank", "run", "--role", "b"], "role 'b' is not in the run")
 case("report into a folder", ["report", "run", "--out", "emptydir"], "emptydir")
+for command in (["rank", "run"], ["report", "run"], ["compare", "run", "fair", "boulware"]):
+    case(f"{command[0]} unknown metric", [*command, "--metric", "nope"], "nope")
+case("show empty string", ["show", ""], "not a run folder")
 case("plan without variance", ["plan", "--delta", "0.1"], "plan needs the variance")
 case("plan nan delta", ["plan", "--delta", "nan", "--rate", "0.5"], "--delta")
 case("plan nan sd", ["plan", "--delta", "0.1", "--sd-between", "nan", "--sd-within", "1"], "--sd-between")

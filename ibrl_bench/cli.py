@@ -594,6 +594,9 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     r = Run(run)
     if r.frame.empty:
         raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+    note = r.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     options = ReportOptions(
         metric=metric,
         train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,

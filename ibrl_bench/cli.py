@@ -594,9 +594,6 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     r = Run(run)
     if r.frame.empty:
         raise UserError(f"{run} holds no finished episode yet; run crossplay first")
-    note = r.unfinished()
-    if note:
-        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     options = ReportOptions(
         metric=metric,
         train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
@@ -605,6 +602,9 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
         max_episodes=max_episodes,
     )
     html_path, png_path = write_report(r, options, Path(out) if out else None)
+    note = r.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
 # The held-out panel a trained checkpoint is tried against, per (domain, role it plays).

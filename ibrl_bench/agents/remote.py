@@ -21,6 +21,7 @@ import asyncio
 import errno
 import logging
 import random
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -95,7 +96,7 @@ def root_cause(e: BaseException) -> str | None:
                 return "connection reset"
             if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
                 return "host unreachable"
-        if type(cur).__name__ == "gaierror":
+        if isinstance(cur, socket.gaierror):
             return "unknown host name"
         cur = cur.__cause__ or cur.__context__
     return None

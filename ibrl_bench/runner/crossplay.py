@@ -4,6 +4,9 @@ Episodes run concurrently under one asyncio semaphore-sized worker pool. Each fi
 appended to the run log at once, so a killed run resumes without repeating or losing any.
 An exception from an agent is an infrastructure failure: the episode is retried from scratch
 (same seed) up to `retries` times, then recorded with status `error`, which no metric counts.
+A fatal error (a rejected key, a broken agent) or too many errors stop the run: the episodes in
+flight are cancelled at once, and a run stopped before its first episode removes the folder it
+created. An agent that blocks the event loop is caught by runner/watchdog.py.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ class Finite(click.FloatRange):
 
 
 MAX_SEEDS = 10_000
+MAX_TURNS = 1_000  # messages; two agents that never settle would otherwise talk until memory runs out
 MOVE_TIMEOUT = Finite(min=0, min_open=True)
 
 
@@ -77,7 +78,7 @@ def cli() -> None:
 @click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True, help="First N scenarios of the split.")
 @click.option("--contexts", type=click.Path(dir_okay=False), default=None, help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
 @click.option("--seeds", type=click.IntRange(min=1, max=MAX_SEEDS), default=1, show_default=True, help="Seeds per scenario.")
-@click.option("--max-turns", type=click.IntRange(min=2), default=None, help="Message limit (domain default).")
+@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None, help="Message limit (domain default).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
 @click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
@@ -231,7 +232,7 @@ def show(run: str) -> None:
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-turns", type=click.IntRange(min=2), default=None)
+@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None)
 @click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take.")
 def play(domain, policy, counterpart, role, split, scenario, seed, max_turns, move_timeout) -> None:
     """Play one episode and print it turn by turn."""

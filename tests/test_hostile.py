@@ -219,7 +219,7 @@ for flag, values in {
     "--retries": ["-1", "x", "nan"],
     "--move-timeout": ["nan", "NaN", "-nan", "0", "-1", "x", "-inf", ""],
     "--fail-on-error": ["nan", "2", "-0.1", "x", "inf", "1e400"],
-    "--max-turns": ["1", "0", "x", "nan"],
+    "--max-turns": ["1", "0", "x", "nan", "100000000000000000000"],
     "--split": ["bogus", ""],
     "--domain": ["chess", "DEALNODEAL", ""],
 }.items():
@@ -387,7 +387,7 @@ case("leaderboard verify a file", ["leaderboard", "verify", "afile"], "afile")
 for argv, fragment in [(["--scenario", "99999"], "out of range"), (["--scenario", "nope"], "no scenario 'nope'"),
                        (["--role", "seller"], "unknown role"), (["--seed", "x"], "--seed"),
                        (["--move-timeout", "nan"], "--move-timeout"), (["--move-timeout", "0"], "--move-timeout"),
-                       (["--split", "x"], "--split"), (["--policy", "python:plugins:Broken"], "simulated: endpoint down"),
+                       (["--split", "x"], "--split"), (["--max-turns", "100000000000000000000"], "--max-turns"), (["--policy", "python:plugins:Broken"], "simulated: endpoint down"),
                        (["--policy", "panel:dealnodeal-scripted-heldout"], "names several agents"),
                        (["--domain", "telesales", "--policy", FAIR], "this run plays telesales"),
                        (["--policy", "scripted:dealnodeal/boulware?beta=nan"], "not a finite number"),

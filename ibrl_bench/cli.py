@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ibrl_bench import __version__
@@ -45,6 +47,21 @@ PLAY_DEFAULTS = {
 }
 
 
+class Finite(click.FloatRange):
+    """A FloatRange that refuses nan, which passes every comparison of a range."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number; give one such as 1.5", param, ctx)
+        return number
+
+
+MAX_SEEDS = 10_000
+MAX_TURNS = 1_000  # messages; two agents that never settle would otherwise talk until memory runs out
+MOVE_TIMEOUT = Finite(min=0, min_open=True)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ibrl-bench")
 def cli() -> None:
@@ -60,12 +77,12 @@ def cli() -> None:
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True, help="First N scenarios of the split.")
 @click.option("--contexts", type=click.Path(dir_okay=False), default=None, help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True, help="Seeds per scenario.")
-@click.option("--max-turns", type=click.IntRange(min=2), default=None, help="Message limit (domain default).")
+@click.option("--seeds", type=click.IntRange(min=1, max=MAX_SEEDS), default=1, show_default=True, help="Seeds per scenario.")
+@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None, help="Message limit (domain default).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
 @click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
-@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
-@click.option("--fail-on-error", type=click.FloatRange(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
+@click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
@@ -103,6 +120,8 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
         fail_on_error=fail_on_error,
     )
+    if out is not None and not out.strip():
+        raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     _run_crossplay(config, Path(out), quiet)
 
@@ -122,12 +141,14 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
 
     def on_progress(p) -> None:
         nonlocal announced
-        if not announced:  # the first report comes once the run folder is open
-            if p.resumed:
-                err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
-            else:
-                err_console.print(f"run folder: {out}", highlight=False)
-        announced = True
+        # A resumed folder is named at once; a new one with its first episode, since a run that
+        # stops before any (a rejected key) leaves no folder behind.
+        if not announced and p.resumed:
+            err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
+            announced = True
+        elif not announced and p.done + p.errors:
+            err_console.print(f"run folder: {out}", highlight=False)
+            announced = True
         bar.update(task, completed=p.done + p.errors, errors=p.errors)
 
     aborted: RunAborted | None = None
@@ -138,6 +159,11 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
             aborted = e
         except KeyboardInterrupt:
             aborted = RunAborted(f"interrupted; finished episodes are kept in {out}: rerun with --out {out} to resume")
+        finally:
+            if not announced:  # stopped before its first episode: no bar is left behind its error line
+                bar.live.transient = True
+    if aborted and not runner.store.manifest_path.exists():
+        raise aborted  # stopped before its first episode: the run left nothing behind
     results = _write_results(runner.store, runner.manifest(), runner.total())
     _print_results(results, out)
     if aborted:
@@ -173,6 +199,13 @@ def _print_results(results, out: Path) -> None:
                       f"rerun with --out {out} to retry them[/yellow]")
         for message, count in results.error_kinds.items():
             console.print(f"  {count} x {message}", markup=False, highlight=False)
+    elif not results.complete:
+        n_done = sum(c.n_scored for c in results.cells)
+        console.print(f"[yellow]unfinished: {n_done} of {results.n_planned} planned episodes are recorded; "
+                      f"rerun the crossplay command with --out {out} to finish it[/yellow]", highlight=False)
+    retries = sum(n for c in results.cells for n in c.retries.values())
+    if retries:
+        console.print(f"{retries} remote retries absorbed (per cell and kind in results.json)", highlight=False)
     console.print(f"results: {out / 'results.json'}, {out / 'cells.csv'}")
 
 
@@ -180,20 +213,14 @@ def _print_results(results, out: Path) -> None:
 @click.argument("run", type=click.Path(file_okay=False))
 def show(run: str) -> None:
     """Print the cell table of a run (recomputed from its episodes if it did not finish)."""
-    from ibrl_bench.runner.store import RunStore
-    from ibrl_bench.stats.matrix import Results
+    from ibrl_bench.runs import Run
 
-    store = RunStore(run)
-    if not store.manifest_path.exists():
-        raise UserError(f"{run} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
-    results_path = store.folder / "results.json"
-    if results_path.exists():
-        results = Results.model_validate_json(results_path.read_text())
-    else:
+    r = Run(run)
+    results = r.saved_results()
+    if results is None:  # never written, or stale: the log holds other episodes than it counts
         from ibrl_bench.runner.crossplay import planned_episodes
 
-        manifest = store.read_manifest()
-        results = _write_results(store, manifest, planned_episodes(manifest.identity))
+        results = _write_results(r.store, r.manifest, planned_episodes(r.manifest.identity))
     _print_results(results, Path(run))
 
 
@@ -205,8 +232,9 @@ def show(run: str) -> None:
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-turns", type=click.IntRange(min=2), default=None)
-def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) -> None:
+@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None)
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take.")
+def play(domain, policy, counterpart, role, split, scenario, seed, max_turns, move_timeout) -> None:
     """Play one episode and print it turn by turn."""
     from ibrl_bench.agents.spec import build_agent
     from ibrl_bench.domains import get_domain
@@ -230,9 +258,26 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns) ->
         if chosen is None:
             raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
     agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
+    from ibrl_bench.runner.watchdog import LoopWatchdog
+
+    async def episode():
+        try:
+            async with LoopWatchdog(move_timeout):
+                return await play_episode(game, chosen, agents, seed, max_turns, move_timeout)
+        finally:
+            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+
+    try:
+        result = asyncio.run(episode())
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an agent's failure, told in one line
+        from ibrl_bench.runner.crossplay import _describe
+
+        raise UserError(f"the episode failed: {_describe(e, move_timeout)}; check the agents "
+                        "(crossplay retries such failures and records them as errors)") from None
     console.print(f"[bold]{chosen.id}[/bold]  seed={seed}")
     console.print(game.describe(chosen), markup=False, highlight=False)
-    result = asyncio.run(play_episode(game, chosen, agents, seed, max_turns))
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 
 
@@ -273,17 +318,20 @@ def counterparts_list() -> None:
 def counterparts_show(name: str) -> None:
     """A card (or panel) with its content hash and the spec it stands for."""
     from ibrl_bench.agents.cards import available_cards, load_card
-    from ibrl_bench.agents.panels import load_panel
+    from ibrl_bench.agents.panels import available_panels, load_panel
 
     if name in available_cards():
         card = load_card(name)
         console.print(f"[bold]{card.id}[/bold] (card, hash {card.hash})")
         console.print(f"spec: {card.spec()}", markup=False, highlight=False)
         console.print(json.dumps(card.model_dump(mode="json"), indent=2), markup=False, highlight=False)
-    else:
+    elif name in available_panels():
         panel = load_panel(name)
         console.print(f"[bold]{panel.name}[/bold] (panel for {panel.domain})")
         console.print(json.dumps(panel.model_dump(mode="json"), indent=2), markup=False, highlight=False)
+    else:
+        known = ", ".join([*available_cards(), *available_panels()]) or "none found"
+        raise UserError(f"no card or panel named {name!r}; known: {known}")
 
 
 @counterparts.command("check")
@@ -315,10 +363,19 @@ def counterparts_check(name: str, domain: str | None) -> None:
         finally:
             await agent.aclose()
 
-    reply, seconds = asyncio.run(once())
+    try:
+        reply, seconds = asyncio.run(once())
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the transport raised, told in one line
+        from ibrl_bench.agents.remote import RemoteFailure
+        from ibrl_bench.runner.crossplay import _describe
+
+        hint = "" if isinstance(e, RemoteFailure) else "; check the server and the card's base_url, model and key_env"
+        raise UserError(f"{name} did not answer: {_describe(e, None)}{hint}") from None
     usage = reply.usage.model_dump() if reply.usage else {}
     console.print(f"{name}: answered in {seconds:.2f} s, usage {usage}", highlight=False)
-    console.print(f"reply: {reply.text[:300]}", markup=False, highlight=False)
+    console.print(f"reply: {scrub(reply.text[:300])}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- analysis of a run (stats, report)
@@ -326,12 +383,14 @@ def counterparts_check(name: str, domain: str | None) -> None:
 _metric_option = click.option("--metric", default="success_at_1", show_default=True,
                               help="Metric by name: success_at_1, agreement, policy_score, ... or a domain metric.")
 _role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
-_confidence_option = click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
+_confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 
 
-def _open_run(path: str, roles: tuple[str, ...] = ()):
-    """The run and its episode table, narrowed to `roles`."""
+def _open_run(path: str, roles: tuple[str, ...] = (), every_cell: str | None = None):
+    """The run and its episode table, narrowed to `roles`. With `every_cell` (the command's name),
+    a run that lacks a scored episode in some cell of its matrix is refused rather than ranked
+    without it. An unfinished run is named in a note on stderr."""
     from ibrl_bench.runs import Run
 
     run = Run(path)
@@ -341,6 +400,15 @@ def _open_run(path: str, roles: tuple[str, ...] = ()):
     for role in roles:
         if role not in set(frame["policy_role"]):
             raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
+    missing = [cell for cell in run.missing_cells() if not roles or cell[2] in roles] if every_cell else []
+    if missing:
+        p, c, role = missing[0]
+        raise UserError(f"{every_cell} needs a score in every cell of the matrix, and {len(missing)} cell(s) have none "
+                        f"yet (the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay command "
+                        "with the same --out), or pass --role for the roles that are complete")
+    note = run.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     if roles:
         frame = frame[frame["policy_role"].isin(roles)]
     return run, frame
@@ -438,7 +506,7 @@ def rank(run, metric, roles, confidence, as_json) -> None:
     from ibrl_bench.report import tables
     from ibrl_bench.stats.ranking import rankings
 
-    _, frame = _open_run(run, roles)
+    _, frame = _open_run(run, roles, every_cell="rank")
     result = rankings(frame, metric=metric, confidence=confidence)
     _emit(result, tables.rankings(result), as_json)
 
@@ -472,17 +540,17 @@ def _int_list(ctx, param, value: str) -> list[int]:
 
 
 @cli.command()
-@click.option("--delta", type=float, required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
-@click.option("--rate", type=float, default=None, help="Expected rate of a 0/1 metric (with --icc).")
-@click.option("--icc", type=float, default=None, help="Share of the variance that lies between scenarios (0..1).")
-@click.option("--sd-between", type=click.FloatRange(min=0), default=None, help="SD of scenario means (scores).")
-@click.option("--sd-within", type=click.FloatRange(min=0), default=None, help="SD of an episode around its scenario's mean.")
-@click.option("--corr", type=click.FloatRange(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
+@click.option("--delta", type=Finite(), required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
+@click.option("--rate", type=Finite(), default=None, help="Expected rate of a 0/1 metric (with --icc).")
+@click.option("--icc", type=Finite(), default=None, help="Share of the variance that lies between scenarios (0..1).")
+@click.option("--sd-between", type=Finite(min=0), default=None, help="SD of scenario means (scores).")
+@click.option("--sd-within", type=Finite(min=0), default=None, help="SD of an episode around its scenario's mean.")
+@click.option("--corr", type=Finite(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
 @click.option("--from", "from_run", type=click.Path(file_okay=False), default=None, help="Estimate the variance parameters from a pilot run.")
 @_metric_option
 @click.option("--seeds", "seeds", default="1,2,4,8", show_default=True, callback=_int_list, help="Seeds per scenario to plan for.")
-@click.option("--alpha", type=float, default=0.05, show_default=True)
-@click.option("--power", type=float, default=0.8, show_default=True)
+@click.option("--alpha", type=Finite(), default=0.05, show_default=True)
+@click.option("--power", type=Finite(), default=0.8, show_default=True)
 @click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
 @_json_option
 def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, as_json) -> None:
@@ -535,6 +603,9 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
         max_episodes=max_episodes,
     )
     html_path, png_path = write_report(r, options, Path(out) if out else None)
+    note = r.unfinished()
+    if note:
+        err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
 # The held-out panel a trained checkpoint is tried against, per (domain, role it plays).
@@ -572,17 +643,30 @@ def train(method, recipe, quiet, overrides) -> None:
     hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
     out = Path(config.out)
     main_process = _main_process()
+    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state, before any write
+    recipe_path = out / "recipe.yaml"
+    # What a refusal inside the trainer (a bad role, a run folder of another domain) puts back.
+    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
+    earlier_recipe = (recipe_path.read_bytes(), recipe_path.stat()) if recipe_path.is_file() else None
     if main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
+            recipe_path.write_text(yaml.safe_dump(resolved, sort_keys=False))
+        except OSError as e:
+            raise UserError(f"cannot write the training output folder {out}: {e.strerror}; set out= to a "
+                            "folder you can write to") from None
     if done and main_process:
         err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)
     step_log = (StepLog(out, config.steps, method, quiet=quiet, console=err_console, resume_after=done)
                 if main_process else _NoLog())
-    with step_log as log:
-        result = module.run(config, log)
+    try:
+        with step_log as log:
+            result = module.run(config, log)
+    except UserError:
+        if main_process and step_log.undo():
+            _put_back(recipe_path, earlier_recipe, created)
+        raise
     if not main_process:
         return
     specs = {"policy": result} if isinstance(result, str) else dict(result)
@@ -593,6 +677,25 @@ def train(method, recipe, quiet, overrides) -> None:
     console.print("try it in cross-play against the held-out panel:", highlight=False)
     for line in _try_commands(config.domain, method, specs, config.max_new_tokens):
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _put_back(recipe_path: Path, earlier: tuple[bytes, os.stat_result] | None, created: Path | None) -> None:
+    """Undo the writes of a training refused before its first step: the recipe.yaml it replaced
+    (bytes and times), and the folders it created (when they hold nothing else)."""
+    if earlier is not None:
+        recipe_path.write_bytes(earlier[0])
+        os.utime(recipe_path, ns=(earlier[1].st_atime_ns, earlier[1].st_mtime_ns))
+    else:
+        recipe_path.unlink(missing_ok=True)
+    if created is None:
+        return
+    for folder in [recipe_path.parent, *recipe_path.parent.parents]:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == created:
+            return
 
 
 def _main_process() -> bool:
@@ -648,7 +751,7 @@ def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_token
 @click.option("--train-counterpart", default=None, metavar="SPEC",
               help="The counterpart the policy trained against; adds its episodes, for the mismatch column.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
-@click.option("--move-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True,
               help="Seconds one move may take (raise it for local models on a CPU).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default runs/submit/DOMAIN/TRACK/NAME); the same command resumes it.")
@@ -741,16 +844,18 @@ def leaderboard_show(track_ref: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     register_environment()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s",
-                        handlers=[RichHandler(console=err_console, show_path=False)])
+    handler = RichHandler(console=err_console, show_path=False)
+    handler.addFilter(_scrub_log_record)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[handler])
     try:
         code = cli.main(args=argv, prog_name="ibrl-bench", standalone_mode=False)
     except click.UsageError as e:
         hint = f" (see: {e.ctx.command_path} --help)" if e.ctx else ""
-        err_console.print(f"error: {e.format_message()}{hint}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(e.format_message()))}{hint}", markup=False, highlight=False,
+                          soft_wrap=True)
         sys.exit(2)
     except click.ClickException as e:
-        err_console.print(f"error: {e.format_message()}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(e.format_message()))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except click.Abort:
         err_console.print("interrupted")
@@ -766,9 +871,25 @@ def main(argv: list[str] | None = None) -> None:
             err_console.print("interrupted")
         sys.exit(130)
     except UserError as e:
-        err_console.print(f"error: {scrub(str(e))}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(str(e)))}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except OSError as e:  # a file the command needs cannot be read or written (permissions, a full disk)
+        where = f" {e.filename}" if e.filename else ""
+        err_console.print(f"error: cannot use{where}: {e.strerror or e}; check the path and its permissions",
+                          markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "unknown error"
+
+
+def _scrub_log_record(record: logging.LogRecord) -> bool:
+    """Log lines pass the same masking as everything the harness writes."""
+    record.msg = scrub(record.getMessage())
+    record.args = None
+    return True
 
 
 if __name__ == "__main__":

@@ -46,21 +46,54 @@ class Run:
 
         return episodes_frame(self.records)
 
+    def saved_results(self):
+        """results.json when it covers exactly the episodes in the log (the same cells, episodes
+        and errors), else None: a run resumed and killed again leaves an older results.json behind."""
+        from collections import Counter
+
+        from ibrl_bench.stats.matrix import Results
+
+        path = self.folder / "results.json"
+        try:
+            saved = Results.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            return None
+        counted = {(c.policy, c.counterpart, c.policy_role): (c.n_episodes, c.n_errors) for c in saved.cells}
+        logged: Counter = Counter()
+        errors: Counter = Counter()
+        for r in self.records:
+            logged[(r.policy, r.counterpart, r.policy_role)] += 1
+            errors[(r.policy, r.counterpart, r.policy_role)] += r.outcome.status == "error"
+        return saved if counted == {cell: (n, errors[cell]) for cell, n in logged.items()} else None
+
+    def missing_cells(self) -> list[tuple[str, str, str]]:
+        """The cells of the planned matrix that hold no scored (non-error) episode yet."""
+        identity = self.manifest.identity
+        scored = {(r.policy, r.counterpart, r.policy_role) for r in self.records if r.outcome.status != "error"}
+        return [(p, c, role) for p in identity.get("policies", []) for c in identity.get("counterparts", [])
+                for role in identity.get("roles", []) if (p, c, role) not in scored]
+
+    def unfinished(self) -> str | None:
+        """A line saying how much of the run is missing, or None when every planned episode is scored."""
+        from ibrl_bench.runner.crossplay import planned_episodes
+
+        planned = planned_episodes(self.manifest.identity)
+        scored = sum(r.outcome.status != "error" for r in self.records)
+        if scored >= planned:
+            return None
+        return (f"{self.folder} is unfinished: {scored} of {planned} planned episodes are scored; the numbers "
+                "cover those only (rerun its crossplay command with the same --out to finish it)")
+
     @cached_property
     def results(self):
         """The cell results: results.json when it covers every episode in the log, else recomputed
         (in memory) from the episodes, as for a run that was killed before writing it."""
         from ibrl_bench.runner.crossplay import planned_episodes
-        from ibrl_bench.stats.matrix import Results, summarize
+        from ibrl_bench.stats.matrix import summarize
 
-        path = self.folder / "results.json"
-        if path.exists():
-            try:
-                saved = Results.model_validate_json(path.read_text())
-            except ValueError:
-                saved = None
-            if saved is not None and sum(c.n_episodes for c in saved.cells) == len(self.records):
-                return saved
+        saved = self.saved_results()
+        if saved is not None:
+            return saved
         return summarize(self.records, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
                          n_planned=planned_episodes(self.manifest.identity))
 

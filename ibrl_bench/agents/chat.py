@@ -107,6 +107,11 @@ class RemoteChat(Agent):
     def cost(self, completion: Completion) -> float | None:
         return None  # None: price from the spec's or card's pricing
 
+    @property
+    def no_key(self) -> str | None:
+        """Why no key is sent, when none is (what a 401 then means); None when one is."""
+        return None
+
     async def act(self, obs: Observation) -> Reply:
         request: dict[str, Any] = dict(
             model=self.model, messages=self.domain.chat_messages(obs), temperature=self.gen.temperature,
@@ -127,12 +132,17 @@ class RemoteChat(Agent):
             return completion
 
         try:
-            completion = await call(self.endpoint, self.settings, attempt)
+            completion = await call(self.endpoint, self.settings, attempt, self.no_key)
         except EmptyReply:
             if empties < self.settings.max_attempts:
                 raise  # empty among other faults: the endpoint is flaky, not the model
-            # Empty on every attempt: that is the model's answer, and the domain's rules (not the
-            # harness) decide what an empty move means.
+            if not self.settings.allow_empty:
+                n = self.settings.max_attempts
+                raise EmptyReply(f"{self.endpoint} returned no text on all {n} attempt{'s' if n > 1 else ''}; an "
+                                 "empty reply is an infrastructure fault unless the card sets allow_empty: true "
+                                 "in its params") from None
+            # The card says this model may answer with nothing: that is its move, and the
+            # domain's rules (not the harness) decide what an empty move means.
             return reply("", 0, 0, self.pricing)
         return reply(completion.text, completion.prompt_tokens, completion.completion_tokens, self.pricing,
                      self.cost(completion))

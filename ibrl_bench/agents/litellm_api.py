@@ -40,6 +40,13 @@ class LiteLLMChat(RemoteChat):
         super().__init__(model, base_url or model.split("/", 1)[0], domain, gen, settings, pricing, send_observation)
         self.base_url, self._key = base_url, key
 
+    @property
+    def no_key(self) -> str | None:
+        if self._key:
+            return None
+        return ("no key_env is named, and litellm found no key for this provider in its usual variable; "
+                "export that variable, or name one with key_env= in the spec or card")
+
     async def complete(self, request: dict[str, Any]) -> Any:
         kwargs = dict(request, timeout=self.settings.timeout, num_retries=0)
         if self.base_url:

@@ -47,6 +47,12 @@ class OpenAIChat(RemoteChat):
         self._clients: dict[int, list[Any]] = {}
         self._turn: dict[int, Any] = {}
 
+    @property
+    def no_key(self) -> str | None:
+        if self._key != "none":
+            return None
+        return "the spec or card says key_env=none; name the variable holding the key with key_env="
+
     def _client(self):
         from openai import AsyncOpenAI
 

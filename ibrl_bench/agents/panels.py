@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ibrl_bench.agents.spec import parse_spec
 from ibrl_bench.errors import UserError
+from ibrl_bench.yaml_files import read_yaml
 
 
 class Panel(BaseModel):
@@ -44,11 +44,7 @@ def load_panel(name: str) -> Panel:
     if not path.is_file():
         known = ", ".join(available_panels()) or "none found"
         raise UserError(f"unknown panel {name!r} (looked in {path.parent}); available: {known}")
-    try:
-        panel = Panel.model_validate(yaml.safe_load(path.read_text()))
-    except (yaml.YAMLError, ValidationError) as e:
-        first = str(e).splitlines()[0]
-        raise UserError(f"{path} is not a valid panel ({first}); see counterparts/panels/ for the format") from None
+    panel = read_yaml(path, Panel, "panel", "counterparts/README.md")
     if panel.name != name:
         raise UserError(f"{path} names itself {panel.name!r}; the file name and `name` must match")
     if panel.roles is not None:

@@ -11,8 +11,10 @@ Parameter values that read as numbers or booleans are converted; everything else
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
+import math
 import re
 from typing import Any
 from urllib.parse import parse_qsl
@@ -73,7 +75,12 @@ def parse_spec(text: str) -> AgentSpec:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
         raise UserError(f"malformed parameters {query!r} in spec {text!r}; use key=value&key=value") from None
+    if any(not k for k, _ in pairs):
+        raise UserError(f"malformed parameters {query!r} in spec {text!r}; every parameter needs a name: key=value")
     params = {k: _coerce(v) for k, v in pairs}
+    for k, v in params.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UserError(f"parameter {k}={v} in spec {text!r} is not a finite number; give a number such as {k}=0.5")
     return AgentSpec(kind=kind, target=target, params=params, text=text)
 
 
@@ -118,13 +125,18 @@ def _plugin(spec: AgentSpec) -> Agent:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise UserError(f"cannot import {module_name!r} for {spec.text}: {e}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's module failed while loading
+        raise UserError(f"importing {module_name!r} for {spec.text} raised {_one_line(e)}; fix the module") from None
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise UserError(f"{module_name} has no callable {attr!r} (from {spec.text})")
     try:
         agent = factory(**spec.params)
     except TypeError as e:
-        raise UserError(f"bad parameters for {spec.text}: {e}") from None
+        raise UserError(f"bad parameters for {spec.text}: {_one_line(e)}") from None
+    except (Exception, SystemExit, asyncio.CancelledError) as e:  # noqa: BLE001 - the user's factory failed
+        raise UserError(f"{spec.text} raised {_one_line(e)} while building the agent; fix the factory "
+                        "or its parameters") from None
     act = getattr(agent, "act", None)
     if act is None or not inspect.iscoroutinefunction(act):
         raise UserError(
@@ -132,3 +144,8 @@ def _plugin(spec: AgentSpec) -> Agent:
             "subclass ibrl_bench.agents.base.Agent"
         )
     return agent
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__

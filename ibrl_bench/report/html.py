@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ibrl_bench import __version__
+from ibrl_bench.errors import UserError
 from ibrl_bench.report.tables import short
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
@@ -543,7 +544,10 @@ def build_report(run: Run, options: ReportOptions) -> str:
     frame = page.frame
     metric = options.metric
     scored = frame[frame["status"] != "error"]
-    metric_values(scored, metric)  # an unknown metric fails here, before any work
+    try:
+        metric_values(scored, metric)  # an unknown metric fails here, before any work
+    except ValueError as e:
+        raise UserError(f"{e}; pass one of them to --metric") from None
     extra: list[str] = []
 
     try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ibrl_bench.domains.base import Outcome, Turn
+from ibrl_bench.secrets import scrub
 from ibrl_bench.stats.intervals import Interval
 from ibrl_bench.stats.matrix import Results
 
@@ -80,15 +82,17 @@ def methods_note(results: Results) -> str:
 
 
 def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome, labels: dict[str, str]) -> None:
+    """Every text a model wrote passes the run log's masking (secrets.scrub) and is printed as is,
+    never read as rich markup."""
     for t in transcript:
         tag = "" if t.public else " [dim](private)[/dim]"
-        who = f"[bold]{t.role}[/bold] ({labels.get(t.role, '')}){tag}"
+        who = f"[bold]{t.role}[/bold] ({escape(labels.get(t.role, ''))}){tag}"
         console.print(f"{who}: ", end="")
-        console.print(t.text, markup=False, highlight=False)
+        console.print(scrub(t.text), markup=False, highlight=False)
         if t.violation:
-            console.print(f"  [red]violation: {t.violation}[/red]")
+            console.print(f"  [red]violation: {escape(scrub(t.violation))}[/red]")
     rewards = ", ".join(f"{r}={v:g}" for r, v in outcome.rewards.items())
     console.print(
         f"[bold]outcome[/bold]: status={outcome.status} agreement={outcome.agreement} rewards: {rewards}"
-        + (f" ({outcome.detail})" if outcome.detail else "")
+        + (f" ({escape(scrub(outcome.detail))})" if outcome.detail else "")
     )

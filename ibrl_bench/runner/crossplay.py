@@ -4,6 +4,9 @@ Episodes run concurrently under one asyncio semaphore-sized worker pool. Each fi
 appended to the run log at once, so a killed run resumes without repeating or losing any.
 An exception from an agent is an infrastructure failure: the episode is retried from scratch
 (same seed) up to `retries` times, then recorded with status `error`, which no metric counts.
+A fatal error (a rejected key, a broken agent) or too many errors stop the run: the episodes in
+flight are cancelled at once, and a run stopped before its first episode removes the folder it
+created. An agent that blocks the event loop is caught by runner/watchdog.py.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ibrl_bench import __version__
 from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.remote import current_retries
 from ibrl_bench.agents.spec import MODEL_KINDS, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, content_hash
@@ -188,6 +193,15 @@ class Crossplay:
             queue.put_nowait(job)
         attempted = 0
         abort: list[BaseException] = []
+        workers: list[asyncio.Task] = []
+
+        def stop(reason: BaseException) -> None:
+            # Episodes still in flight are cancelled, not waited for: a stopped run ends in
+            # moments, and what the stop line counts is exactly what the folder holds.
+            abort.append(reason)
+            for w in workers:
+                if w is not asyncio.current_task():
+                    w.cancel()
 
         async def worker() -> None:
             nonlocal attempted
@@ -199,7 +213,7 @@ class Crossplay:
                 try:
                     record = await self._play(job, agents)
                 except FatalAgentError as e:
-                    abort.append(e)
+                    stop(e)
                     return
                 self.store.append(record)
                 attempted += 1
@@ -212,21 +226,39 @@ class Crossplay:
                     attempted >= min(self.config.min_episodes_for_fail, len(pending))
                     and progress.errors > self.config.fail_on_error * attempted
                 ):
-                    abort.append(
+                    stop(
                         RunAborted(
-                            f"stopped: {progress.errors} of {attempted} episodes failed with "
-                            f"infrastructure errors (last: {record.errors[-1]}); fix the backend and "
+                            f"stopped: {progress.errors} of the {attempted} episodes this command recorded failed "
+                            f"with infrastructure errors (last: {record.errors[-1]}); fix the backend and "
                             "rerun the same command to resume, or raise --fail-on-error"
                         )
                     )
                     return
 
+        from ibrl_bench.runner import watchdog
+
+        def blocked(message: str) -> None:
+            # The loop's thread is held by the agent and touches nothing else meanwhile.
+            self.store.discard_if_unused()
+            kept = f"finished episodes are kept in {self.store.folder}; " if self.store.manifest_path.exists() else ""
+            watchdog.stop_process(f"{message}; {kept}rerun the same command once the agent is fixed")
+
         try:
-            workers = [asyncio.create_task(worker()) for _ in range(min(self.config.concurrency, len(pending)))]
-            await asyncio.gather(*workers)
+            async with watchdog.LoopWatchdog(self.config.move_timeout if pending else None, on_block=blocked):
+                workers.extend(asyncio.create_task(worker())
+                               for _ in range(min(self.config.concurrency, len(pending))))
+                ended = await asyncio.gather(*workers, return_exceptions=True)  # stopped ones end cancelled
+            failed = [e for e in ended if isinstance(e, BaseException) and not isinstance(e, asyncio.CancelledError)]
+            if failed:
+                raise failed[0]
         finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
             self.store.close()
             await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+            if abort:
+                self.store.discard_if_unused()
         if abort:
             raise abort[0]
         return progress
@@ -240,6 +272,8 @@ class Crossplay:
         seats = {job.policy_role: job.policy, other: job.counterpart}
         errors: list[str] = []
         started = time.perf_counter()
+        retries: Counter[str] = Counter()  # faults the remote layer absorbed, by kind
+        current_retries.set(retries)  # this worker task's context: every move of the episode sees it
         for attempt in range(1, self.config.retries + 2):
             try:
                 result = await play_episode(
@@ -256,13 +290,14 @@ class Crossplay:
                 errors.append(_describe(e, self.config.move_timeout))
                 continue
             return self._record(job, seats, result.state.transcript, result.outcome, attempt, errors,
-                                result.usage(), result.state.starter, started)
+                                result.usage(), result.state.starter, started, retries)
         outcome = Outcome(status="error", rewards={r: 0.0 for r in self.domain.roles}, agreement=False,
                           success=False, turns=0, detail=errors[-1])
-        return self._record(job, seats, [], outcome, self.config.retries + 1, errors, {}, None, started)
+        return self._record(job, seats, [], outcome, self.config.retries + 1, errors, {}, None, started, retries)
 
     def _record(self, job: Job, seats: dict[Role, str], transcript: list, outcome: Outcome, attempts: int,
-                errors: list[str], usage: dict, starter: Role | None, started: float) -> EpisodeRecord:
+                errors: list[str], usage: dict, starter: Role | None, started: float,
+                retries: Counter[str]) -> EpisodeRecord:
         return EpisodeRecord(
             key=job.key,
             domain=self.config.domain,
@@ -280,6 +315,7 @@ class Crossplay:
             outcome=outcome,
             attempts=attempts,
             errors=errors,
+            retries=dict(sorted(retries.items())),
             usage=usage,
             finished_at=now_iso(),
             duration_s=round(time.perf_counter() - started, 6),

@@ -4,7 +4,10 @@ Nothing else lives here: retries belong to the backends and the runner, scoring 
 persistence to the store. Any exception from an agent (or a move that outlasts `move_timeout`)
 propagates to the caller, which decides what an infrastructure failure means. The timeout
 measures the agent's work on the move: an agent that queues the move behind other episodes'
-work restarts the move's clock as that queue moves (agents/base.py, MoveClock).
+work restarts the move's clock as that queue moves (agents/base.py, MoveClock). An agent that
+ends a move with SystemExit, KeyboardInterrupt, a CancelledError of its own (any BaseException that
+is not an Exception), or answers with something other than a Reply, is broken rather than
+unlucky: that stops the run (AgentCrashed).
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ from dataclasses import dataclass, field
 
 from ibrl_bench.agents.base import Agent, MoveClock, Reply, Usage, current_move_clock
 from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario
+from ibrl_bench.errors import FatalAgentError
+
+
+class AgentCrashed(FatalAgentError):
+    """An agent failed in a way no retry can mend; the message names it and the fix."""
 
 
 @dataclass
@@ -60,12 +68,12 @@ async def play_episode(
 async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply:
     """`agent.act(obs)`, failing with TimeoutError once its clock has run `timeout` seconds."""
     if timeout is None:
-        return await agent.act(obs)
+        return await _act(agent, obs)
     loop = asyncio.get_running_loop()
     clock = MoveClock()
     token = current_move_clock.set(clock)
     try:
-        move = asyncio.ensure_future(agent.act(obs))  # the task copies the context: it sees `clock`
+        move = asyncio.ensure_future(_act(agent, obs))  # the task copies the context: it sees `clock`
     finally:
         current_move_clock.reset(token)
     try:
@@ -80,6 +88,29 @@ async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply
         if not move.done():
             move.cancel()
             await asyncio.gather(move, return_exceptions=True)
+        elif not move.cancelled():
+            move.exception()  # collected: a move that failed as its episode was stopped is not "never retrieved"
+
+
+async def _act(agent: Agent, obs: Observation) -> Reply:
+    """`agent.act(obs)`, with the ways an agent can break the process turned into one clear error."""
+    name = agent.spec or type(agent).__name__
+    fix = "an agent returns a Reply, or raises an ordinary exception for a failed move; fix the agent"
+    try:
+        reply = await agent.act(obs)
+    except Exception:
+        raise  # an ordinary failure: the caller decides (crossplay: an `error` episode, retried)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # cancelled from outside (a timeout, a stopped run): not the agent's doing
+        raise AgentCrashed(f"{name} raised CancelledError of its own during a move; {fix}") from None
+    except BaseException as e:  # SystemExit, KeyboardInterrupt, GeneratorExit ... from the agent itself
+        raise AgentCrashed(f"{name} raised {type(e).__name__} during a move; {fix}") from None
+    if not isinstance(reply, Reply):
+        raise AgentCrashed(f"{name} answered a move with {type(reply).__name__}, not a Reply; "
+                           "return ibrl_bench.agents.base.Reply(text=...)")
+    return reply
 
 
 async def _all(coros) -> list[Reply]:

@@ -54,6 +54,7 @@ class EpisodeRecord(BaseModel):
     outcome: Outcome
     attempts: int = 1
     errors: list[str] = []  # infrastructure failures of earlier (or all, if status is error) attempts
+    retries: dict[str, int] = {}  # faults the remote layer retried within the attempts, by kind
     usage: dict[Role, Usage] = {}
     finished_at: str
     duration_s: float
@@ -89,12 +90,17 @@ class RunStore:
         self.manifest_path = self.folder / MANIFEST
         self._fd: int | None = None
         self._last_sync = 0.0
+        self._fresh = False  # `open` started this run folder (wrote its manifest)
+        self._created: Path | None = None  # the outermost folder `open` created for it
+        self._appended = 0  # episodes recorded since `open`
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, manifest: Manifest) -> set[str]:
         """Create the run folder or check it holds the same run; return the keys already done."""
         if self.folder.exists() and not self.folder.is_dir():
             raise UserError(f"--out {self.folder} is a file; give a folder for the run")
+        if self.episodes_path.exists() and not self.episodes_path.is_file():
+            raise UserError(f"{self.episodes_path} is not a file; move it away, or give another --out")
         if self.manifest_path.exists():
             old = self.read_manifest()
             if old.identity != manifest.identity:
@@ -109,12 +115,46 @@ class RunStore:
                     f"--out {self.folder} is not empty and holds no {MANIFEST}; "
                     "give a new or empty folder"
                 )
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.manifest_path, manifest.model_dump_json(indent=2))
-        self._repair_tail()
-        done = {k for k, r in self.latest().items() if r.outcome.status != "error"}
-        self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            # The outermost folder this run creates: removed again if the run ends before
+            # recording any episode (see `discard_if_unused`).
+            created = next((p for p in reversed([self.folder, *self.folder.parents]) if not p.exists()), None)
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._fresh, self._created = True, created
+                _atomic_write(self.manifest_path, manifest.model_dump_json(indent=2))
+            except OSError as e:
+                self.discard_if_unused()
+                raise UserError(f"cannot create the run folder --out {self.folder}: {e.strerror}; "
+                                "give a folder you can write to") from None
+        try:
+            self._repair_tail()
+            done = {k for k, r in self.latest().items() if r.outcome.status != "error"}
+            self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            self.discard_if_unused()
+            raise UserError(f"cannot write the run log {self.episodes_path}: {e.strerror}; "
+                            "give a folder you can write to") from None
         return done
+
+    def discard_if_unused(self) -> None:
+        """Remove the folders `open` created when no episode was recorded in them: a run stopped
+        before its first episode (a rejected key, a broken agent) leaves nothing behind."""
+        fresh, created = self._fresh, self._created
+        self._fresh, self._created = False, None
+        if not fresh or self._appended:
+            return
+        self.close()
+        for name in (EPISODES, MANIFEST):
+            (self.folder / name).unlink(missing_ok=True)
+        if created is None:
+            return  # the folder was there, empty, before the run: it stays
+        for folder in [self.folder, *self.folder.parents]:
+            try:
+                folder.rmdir()
+            except OSError:
+                return  # not empty (someone else's files), or already gone
+            if folder == created:
+                return
 
     def read_manifest(self) -> Manifest:
         try:
@@ -151,6 +191,8 @@ class RunStore:
         """Every record in file order."""
         if not self.episodes_path.exists():
             return []
+        if not self.episodes_path.is_file():
+            raise UserError(f"{self.episodes_path} is not a file; the run folder is damaged: restore episodes.jsonl")
         out = []
         with open(self.episodes_path, "rb") as f:
             for lineno, line in enumerate(f, 1):
@@ -179,6 +221,7 @@ class RunStore:
         written = os.write(self._fd, line)
         if written != len(line):  # a short write on a full disk: fail loudly, resume repairs it
             raise OSError(f"short write to {self.episodes_path} ({written} of {len(line)} bytes)")
+        self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= 1.0:
             os.fsync(self._fd)

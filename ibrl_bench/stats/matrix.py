@@ -30,6 +30,9 @@ class CellResult(BaseModel):
     # Token and cost totals of the cell's recorded episodes, per seat ("policy", "counterpart"),
     # failed attempts not included (their usage is not reported by the failed call).
     usage: dict[str, Usage] = {}
+    # Faults the remote layer retried within the cell's episodes, by kind (the failed attempts of
+    # error episodes included).
+    retries: dict[str, int] = {}
 
 
 class Results(BaseModel):
@@ -90,6 +93,9 @@ def summarize(
     # estimators as cell_metrics, cheap enough for 10,000 resamples.
     metrics = matrix_metrics(frame, CELL, confidence=confidence, n_resamples=n_resamples)
     usage = cell_usage(records)
+    retries: dict[tuple[str, str, str], Counter] = {}
+    for r in records:
+        retries.setdefault((r.policy, r.counterpart, r.policy_role), Counter()).update(r.retries)
     cells = []
     for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
         counts = cell_counts(group)
@@ -100,6 +106,7 @@ def summarize(
                 policy_role=role,
                 metrics=metrics[(policy, counterpart, role)],
                 usage=usage.get((policy, counterpart, role), {}),
+                retries=dict(sorted(retries.get((policy, counterpart, role), {}).items())),
                 **counts,
             )
         )
@@ -133,7 +140,8 @@ def cells_table(results: Results) -> pd.DataFrame:
     confidence level."""
     rows = []
     for cell in results.cells:
-        row = cell.model_dump(exclude={"metrics", "usage"})
+        row = cell.model_dump(exclude={"metrics", "usage", "retries"})
+        row["n_retries"] = sum(cell.retries.values())
         for seat, u in cell.usage.items():
             row[f"{seat}_prompt_tokens"] = u.prompt_tokens
             row[f"{seat}_completion_tokens"] = u.completion_tokens

@@ -20,10 +20,10 @@ import inspect
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from ibrl_bench.errors import UserError
+from ibrl_bench.yaml_files import load_yaml_text, read_yaml_file
 
 RECIPE_VERSION = 1
 # The trainers: `ibrl-bench train METHOD` runs `run(config, log)` of the module; the config class is
@@ -72,19 +72,9 @@ def config_class(method: str) -> type[BaseModel]:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"recipe {path} not found; the shipped recipes are in training/") from None
-    except OSError as e:
-        raise UserError(f"recipe {path} cannot be read: {e.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not path.exists():
+        raise UserError(f"recipe {path} not found; the shipped recipes are in training/")
+    data = read_yaml_file(path, "recipe")
     if not isinstance(data, dict):
         raise UserError(f"{path}: a recipe is a YAML mapping of keys to values, not {type(data).__name__}")
     return data
@@ -97,8 +87,8 @@ def parse_override(item: str, path: Path) -> tuple[str, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise UserError(f"override {item!r} for {path}: write KEY=VALUE, e.g. steps=20 or optim.lr=1e-4")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = load_yaml_text(raw, f"override {key}") if raw.strip() else ""
+    except UserError:
         raise UserError(f"override {item!r} for {path}: the value is not valid YAML; quote it, e.g. {key}='{raw}'") from None
     return key, value
 

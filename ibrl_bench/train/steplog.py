@@ -80,6 +80,24 @@ class StepLog:
                                              completed=min(self.resume_after, self.total_steps))
         return self
 
+    def undo(self) -> bool:
+        """Put the log back as `__enter__` found it, for a training refused before its first step:
+        an earlier training's log returns to its name. False (and nothing done) once a step is logged."""
+        if self.last_step is not None and not self.resume_after:
+            return False
+        if self.resume_after and self.last_step != self.resume_after:
+            return False  # steps of this run are in the log
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self.archived is not None:
+            self.path.unlink(missing_ok=True)
+            self.archived.rename(self.path)
+            self.archived = None
+        elif not self.resume_after:
+            self.path.unlink(missing_ok=True)
+        return True
+
     def log(self, step: int, **metrics: Any) -> dict[str, Any]:
         """Append one step's line (flushed) and advance the bar; returns the record as written."""
         if self._file is None:

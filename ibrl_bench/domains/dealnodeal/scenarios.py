@@ -81,9 +81,12 @@ def load_lewis_contexts(path: str | Path) -> ScenarioSet:
     """
     path = Path(path)
     try:
-        raw = path.read_text()
+        raw = path.read_text(encoding="utf-8")
     except OSError as e:
         raise UserError(f"cannot read context file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not a text context file (byte {e.start} is not UTF-8); give a Lewis-format "
+                        "file of lines 'c0 v0 c1 v1 c2 v2'") from None
     rows: list[tuple[int, Vec, Vec]] = []
     for lineno, line in enumerate(raw.splitlines(), 1):
         line = line.strip()

@@ -524,17 +524,20 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
     from ibrl_bench.report.html import ReportOptions, write_report
     from ibrl_bench.runs import Run
 
-    r = Run(run)
-    if r.frame.empty:
-        raise UserError(f"{run} holds no finished episode yet; run crossplay first")
-    options = ReportOptions(
-        metric=metric,
-        train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
-        policies=[r.resolve(p, "policy") for p in policies],
-        reference=r.resolve(reference, "policy") if reference else None,
-        max_episodes=max_episodes,
-    )
-    html_path, png_path = write_report(r, options, Path(out) if out else None)
+    # A run of 100,000 episodes takes a while: the stage in progress is shown on a terminal.
+    with err_console.status("report: reading the run") as status:
+        r = Run(run)
+        if r.frame.empty:
+            raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+        options = ReportOptions(
+            metric=metric,
+            train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
+            policies=[r.resolve(p, "policy") for p in policies],
+            reference=r.resolve(reference, "policy") if reference else None,
+            max_episodes=max_episodes,
+        )
+        html_path, png_path = write_report(r, options, Path(out) if out else None,
+                                           progress=lambda stage: status.update(f"report: {stage}"))
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
 # The held-out panel a trained checkpoint is tried against, per (domain, role it plays).

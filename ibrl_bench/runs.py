@@ -17,7 +17,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore
+from ibrl_bench.runner.store import EpisodeRecord, EpisodeSummary, Manifest, RunStore
 
 
 class RunFrames(NamedTuple):
@@ -36,15 +36,29 @@ class Run:
         self.manifest: Manifest = self.store.read_manifest()
 
     @cached_property
+    def _index(self) -> dict[str, tuple[EpisodeSummary, int]]:
+        return self.store.index()
+
+    @cached_property
+    def summaries(self) -> list[EpisodeSummary]:
+        """The newest record of every episode without its transcript, in the order they were first
+        written: what the statistics read."""
+        return [s for s, _ in self._index.values()]
+
+    @cached_property
     def records(self) -> list[EpisodeRecord]:
-        """The newest record of every episode, in the order they were first written."""
-        return list(self.store.latest().values())
+        """The newest record of every episode, transcripts included, in the order they were first written."""
+        return self.store.read_at([offset for _, offset in self._index.values()])
+
+    def transcribed(self, keys: list[str]) -> list[EpisodeRecord]:
+        """The whole records of these episodes, in the order given; only their lines are parsed."""
+        return self.store.read_at([self._index[k][1] for k in keys])
 
     @cached_property
     def frame(self) -> pd.DataFrame:
         from ibrl_bench.stats.matrix import episodes_frame
 
-        return episodes_frame(self.records)
+        return episodes_frame(self.summaries)
 
     @cached_property
     def results(self):
@@ -59,9 +73,9 @@ class Run:
                 saved = Results.model_validate_json(path.read_text())
             except ValueError:
                 saved = None
-            if saved is not None and sum(c.n_episodes for c in saved.cells) == len(self.records):
+            if saved is not None and sum(c.n_episodes for c in saved.cells) == len(self.summaries):
                 return saved
-        return summarize(self.records, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+        return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
                          n_planned=planned_episodes(self.manifest.identity))
 
     @property

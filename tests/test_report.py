@@ -85,6 +85,19 @@ def test_import_stays_light_and_load_run_is_exported():
     assert proc.stdout.strip() == "load_run"
 
 
+def test_a_capped_transcript_browser_keeps_every_cell_in_matrix_order(run_folder):
+    from ibrl_bench.report.html import _episode_data, _Page
+
+    page = _Page(Run(run_folder), ReportOptions(max_episodes=20))
+    data, total, shown = _episode_data(page, 20)
+    episodes = json.loads(data)["episodes"]
+    assert (total, shown, len(episodes)) == (288, 20, 20)
+    cells = [(e["p"], e["c"], e["r"]) for e in episodes]
+    assert len(set(cells)) == 18  # 18 cells, 20 places: every cell shown, two of them twice
+    order = [(e["p"], e["c"], e["r"], e["s"], e["sd"]) for e in episodes]
+    assert order == sorted(order)
+
+
 # ------------------------------------------------------------------------- the commands
 
 def test_analysis_commands(run_folder, one_seed_run, capsys):

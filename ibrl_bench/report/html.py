@@ -17,6 +17,7 @@ import html
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -491,23 +492,30 @@ def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
 
 def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
     """The episodes for the browser, as JSON safe to inline in a <script> element."""
-    records = page.run.records
+    records = page.run.summaries
     pol = {p: i for i, p in enumerate(page.policies)}
     cpt = {c: i for i, c in enumerate(page.counterparts)}
-    order = sorted(records, key=lambda r: (pol.get(r.policy, 0), cpt.get(r.counterpart, 0), r.policy_role,
-                                           r.scenario_id, r.seed))
-    if len(order) > limit:
+    # Positions, not records, are sorted and compared: records are pydantic models, whose equality
+    # compares every field (a sort that reached it cost minutes on a 14,400-episode run).
+    positions = sorted(range(len(records)), key=lambda i: (
+        pol.get(records[i].policy, 0), cpt.get(records[i].counterpart, 0), records[i].policy_role,
+        records[i].scenario_id, records[i].seed, i))
+    if len(positions) > limit:
         # Keep every cell represented: take the first episodes of each cell, round-robin.
-        by_cell: dict[tuple, list] = {}
-        for r in order:
-            by_cell.setdefault((r.policy, r.counterpart, r.policy_role), []).append(r)
-        kept, i = [], 0
+        by_cell: dict[tuple, list[int]] = {}
+        for i in positions:
+            r = records[i]
+            by_cell.setdefault((r.policy, r.counterpart, r.policy_role), []).append(i)
+        rank = {i: n for n, i in enumerate(positions)}
+        kept: list[int] = []
+        depth = 0
         while len(kept) < limit:
             for group in by_cell.values():
-                if i < len(group) and len(kept) < limit:
-                    kept.append(group[i])
-            i += 1
-        order = sorted(kept, key=order.index)
+                if depth < len(group) and len(kept) < limit:
+                    kept.append(group[depth])
+            depth += 1
+        positions = sorted(kept, key=rank.__getitem__)
+    order = page.run.transcribed([records[i].key for i in positions])
     eps = []
     for r in order:
         o = r.outcome
@@ -538,8 +546,15 @@ def _json_default(x: object) -> object:
 
 # ------------------------------------------------------------------------- the page
 
-def build_report(run: Run, options: ReportOptions) -> str:
+def _quiet(stage: str) -> None:
+    pass
+
+
+def build_report(run: Run, options: ReportOptions, progress: Callable[[str], None] = _quiet) -> str:
+    """The page; `progress` hears the name of each stage as it starts (a large run takes a while)."""
+    progress(f"reading {run.folder / 'episodes.jsonl'}")
     page = _Page(run, options)
+    progress(f"rankings and mismatch of {len(page.frame):,} episodes")
     frame = page.frame
     metric = options.metric
     scored = frame[frame["status"] != "error"]
@@ -563,6 +578,7 @@ def build_report(run: Run, options: ReportOptions) -> str:
     elif page.seeds > 1:
         extra.append(f"pass@k is not shown: {metric} is a score, not a success/failure")
 
+    progress(f"transcripts (up to {options.max_episodes:,})")
     data, total, shown = _episode_data(page, options.max_episodes)
     title = f"ibrl-bench report · {run.folder.name}"
     return f"""<!doctype html>
@@ -596,17 +612,19 @@ def build_report(run: Run, options: ReportOptions) -> str:
 """
 
 
-def write_report(run: Run, options: ReportOptions, out: Path | None = None) -> tuple[Path, Path]:
+def write_report(run: Run, options: ReportOptions, out: Path | None = None,
+                 progress: Callable[[str], None] = _quiet) -> tuple[Path, Path]:
     """Write report.html (to `out`, default RUN/report.html) and heatmap.png next to it."""
     from ibrl_bench.report.heatmap import render_heatmap
 
     out = out or run.folder / "report.html"
-    text = build_report(run, options)
+    text = build_report(run, options, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
 
+    progress("heatmap.png")
     page = _Page(run, options)
     metric = options.metric if options.metric in page.kinds else "success_at_1"
     cells = {k: c.metrics.get(metric) for k, c in page.cells.items()}

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from ibrl_bench.domains.base import Scenario
 from ibrl_bench.errors import UserError
 from ibrl_bench.runner.store import EpisodeRecord, EpisodeSummary, Manifest, RunStore
 
@@ -77,6 +78,22 @@ class Run:
                 return saved
         return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
                          n_planned=planned_episodes(self.manifest.identity))
+
+    @cached_property
+    def scenarios(self) -> dict[str, Scenario]:
+        """The run's scenarios by id, rebuilt from the manifest (its split, or the context file it
+        read); records are matched to them by id and checked by their content hash."""
+        from ibrl_bench.domains import get_domain
+
+        config = self.manifest.config
+        if config.get("contexts_file"):
+            from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
+
+            scenario_set = load_lewis_contexts(config["contexts_file"]).head(config.get("scenarios"))
+        else:
+            scenario_set = get_domain(self.manifest.domain).scenario_set(
+                self.manifest.scenario_set["split"], self.manifest.scenario_set.get("n"))
+        return {s.id: s for s in scenario_set.scenarios}
 
     @property
     def policies(self) -> list[str]:

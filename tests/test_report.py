@@ -230,6 +230,20 @@ def test_report_in_headless_chromium(report, run_folder, tmp_path):
     assert "&lt;/script&gt;&lt;script&gt;document.title" in viewer
     assert viewer.count('class="turn ') == len(first["transcript"])
     assert "private, not shown to the other side" in viewer
+    # Beside the transcript, what each side knew: the item counts and both sides' values.
+    from ibrl_bench.domains import get_domain
+
+    domain = get_domain("dealnodeal")
+    scenario = Run(run_folder).scenarios[first["scenario_id"]]
+    private = domain.observe(domain.start(scenario, 0), "a").private
+    table = viewer.split('class="private-table"', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<td>([^<]*)</td>", table)
+    values_b = domain.observe(domain.start(scenario, 0), "b").private["values"]
+    policy_role = first["policy_role"]
+    own, other = (private["values"], values_b) if policy_role == "a" else (values_b, private["values"])
+    expected = [str(x) for item, count, v, w in zip(private["items"], private["counts"], own, other)
+                for x in (item, count, v, w)]
+    assert cells == expected
     # The browser lists the episodes of that cell (filtered by the link), 16 = 8 scenarios x 2 seeds.
     rows = re.findall(r'<tr class="ep[^"]*" data-key="', dom)
     assert len(rows) == 16

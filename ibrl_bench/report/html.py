@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ibrl_bench import __version__
+from ibrl_bench.errors import UserError
 from ibrl_bench.report.tables import short
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
@@ -533,9 +534,35 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
         "roles": page.roles, "statuses": sorted({r.outcome.status for r in records}),
         "episodes": eps, "total": len(records),
     }
+    payload["private"], payload["private_note"] = _private_views(page, order)
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)
     # Inside <script>, "</script" (or "<!--") in a transcript would end the element: escape "<".
     return text.replace("<", "\\u003c"), len(records), len(eps)
+
+
+def _private_views(page: _Page, shown: list) -> tuple[dict[str, dict[str, dict]], str]:
+    """What each side knew in each shown scenario (its opening observation's private part), so a
+    reader can judge a deal: {scenario id: {role: private}}, and why some are missing. A scenario
+    that cannot be rebuilt as it was played (a moved context file, a changed generator) is left out."""
+    from ibrl_bench.domains import get_domain
+
+    try:
+        scenarios = page.run.scenarios
+    except UserError as e:
+        return {}, str(e)
+    domain = get_domain(page.domain)
+    views: dict[str, dict[str, dict]] = {}
+    for r in shown:
+        scenario = scenarios.get(r.scenario_id)
+        if r.scenario_id in views or scenario is None or scenario.hash != r.scenario_hash:
+            continue
+        state = domain.start(scenario, 0)
+        # The catalog is the same public list in every TeleSales scenario: left out, it would
+        # repeat the page's largest block once per scenario.
+        views[r.scenario_id] = {role: {k: v for k, v in domain.observe(state, role).private.items() if k != "catalog"}
+                                for role in domain.roles}
+    missing = len({r.scenario_id for r in shown} - set(views))
+    return views, f"{missing} scenarios could not be rebuilt as they were played" if missing else ""
 
 
 def _json_default(x: object) -> object:

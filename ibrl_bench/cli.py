@@ -519,7 +519,9 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
 @click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Where to write the report (default RUN/report.html).")
-def report(run, metric, train_counterpart, policies, reference, max_episodes, out) -> None:
+@click.option("--scale", type=click.Choice(["full", "data"]), default="full", show_default=True,
+              help="Colours of rates: on 0-100% (full), or on the span of the data (tells high rates apart).")
+def report(run, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
     """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png."""
     from ibrl_bench.report.html import ReportOptions, write_report
     from ibrl_bench.runs import Run
@@ -535,6 +537,7 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
             policies=[r.resolve(p, "policy") for p in policies],
             reference=r.resolve(reference, "policy") if reference else None,
             max_episodes=max_episodes,
+            full_scale=scale == "full",
         )
         html_path, png_path = write_report(r, options, Path(out) if out else None,
                                            progress=lambda stage: status.update(f"report: {stage}"))

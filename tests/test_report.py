@@ -280,3 +280,13 @@ def test_an_interval_with_a_negative_bound_is_not_written_with_a_dash():
     assert fmt(iv(0.94, 0.84, 0.98), percent=True) == "94 [84-98]"
     assert fmt(iv(-0.01, -0.06, 0.08), percent=True) == "-1 [-6, 8]"
     assert fmt(iv(-2.5, -3.0, -2.0), percent=False) == "-2.5 [-3.0, -2.0]"
+
+
+def test_rates_are_coloured_on_the_full_scale_unless_asked_to_span_the_data():
+    from ibrl_bench.report.heatmap import color_span
+
+    assert color_span([0.72, 0.95, 1.0], percent=True) == (0.0, 1.0)  # 72% is not drawn as the worst colour
+    assert color_span([0.72, 0.95, 1.0], percent=True, full_scale=False) == (0.7, 1.0)
+    assert color_span([0.98, 0.99], percent=True, full_scale=False) == (0.9, 1.0)  # never narrower than 10 points
+    assert color_span([3.5, 7.25], percent=False) == (3.5, 7.25)  # scores span their data
+    assert color_span([5.0, 5.0], percent=False) == (4.5, 5.5)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
+from ibrl_bench.report.heatmap import color_span
 from ibrl_bench.report.tables import short
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
@@ -65,6 +66,7 @@ class ReportOptions(BaseModel):
     reference: str | None = None
     max_episodes: int = 5000  # transcripts embedded in the page
     confidence: float = 0.95
+    full_scale: bool = True  # rates coloured on 0-100%; False: on the span of the data
 
 
 # ------------------------------------------------------------------------- small helpers
@@ -226,13 +228,7 @@ def _matrix(page: _Page) -> str:
         percent = page.percent(metric)
         ivs = [c.metrics.get(metric) for c in page.results.cells]
         vals = [x for iv in ivs if iv is not None for x in (iv.estimate, iv.low, iv.high) if x is not None]
-        lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
-        if percent:
-            # The colours span the data (in steps of 10 points), so that 70% and 95% look different
-            # even when every cell is high; the legend states the span.
-            lo, hi = math.floor(lo * 10) / 10, math.ceil(hi * 10) / 10
-            if hi - lo < 0.1:
-                lo, hi = max(0.0, hi - 0.1), max(hi, 0.1)
+        lo, hi = color_span(vals, percent, page.options.full_scale)
         head1 = "".join(f'<th class="group" colspan="{sum(1 for c2, _ in page.columns if c2 == c)}" title="{esc(c)}">'
                         f"{esc(short(c))}</th>" for c in page.counterparts)
         head2 = "".join(f"<th>role {esc(r)}</th>" for _, r in page.columns)
@@ -642,7 +638,7 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 def write_report(run: Run, options: ReportOptions, out: Path | None = None,
                  progress: Callable[[str], None] = _quiet) -> tuple[Path, Path]:
     """Write report.html (to `out`, default RUN/report.html) and heatmap.png next to it."""
-    from ibrl_bench.report.heatmap import render_heatmap
+    from ibrl_bench.report.heatmap import render_heatmap  # matplotlib: imported here only
 
     out = out or run.folder / "report.html"
     text = build_report(run, options, progress)
@@ -662,6 +658,7 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None,
             f"{'/'.join(map(str, sizes)) or 0} scenarios per cell, {page.seeds} seed(s) each. {run.folder}")
     png = render_heatmap(out.parent / "heatmap.png", page.policies, page.columns, cells,
                          metric_label=label(metric), percent=page.percent(metric),
-                         title=f"{label(metric)} by cell, {run.manifest.domain}", note=note)
+                         title=f"{label(metric)} by cell, {run.manifest.domain}", note=note,
+                         full_scale=options.full_scale)
     return out, png
 

@@ -95,6 +95,18 @@ class Run:
                 self.manifest.scenario_set["split"], self.manifest.scenario_set.get("n"))
         return {s.id: s for s in scenario_set.scenarios}
 
+    def select(self, *, policy: str | None = None, counterpart: str | None = None, role: str | None = None,
+               status: str | None = None, scenario: str | None = None, seed: int | None = None,
+               key: str | None = None) -> list[EpisodeSummary]:
+        """The episodes that match every filter given (names may be short; `key` may be a prefix)."""
+        policy = self.resolve(policy, "policy") if policy else None
+        counterpart = self.resolve(counterpart, "counterpart") if counterpart else None
+        return [s for s in self.summaries
+                if (policy is None or s.policy == policy) and (counterpart is None or s.counterpart == counterpart)
+                and (role is None or s.policy_role == role) and (status is None or s.outcome.status == status)
+                and (scenario is None or s.scenario_id == scenario) and (seed is None or s.seed == seed)
+                and (key is None or s.key.startswith(key))]
+
     @property
     def policies(self) -> list[str]:
         return list(self.manifest.identity.get("policies", [])) or list(dict.fromkeys(self.frame["policy"]))

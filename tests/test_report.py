@@ -290,3 +290,31 @@ def test_rates_are_coloured_on_the_full_scale_unless_asked_to_span_the_data():
     assert color_span([0.98, 0.99], percent=True, full_scale=False) == (0.9, 1.0)  # never narrower than 10 points
     assert color_span([3.5, 7.25], percent=False) == (3.5, 7.25)  # scores span their data
     assert color_span([5.0, 5.0], percent=False) == (4.5, 5.5)
+
+
+def test_episodes_lists_the_matching_episodes_and_prints_one_whole(run_folder, capsys):
+    code, out, err = cli("episodes", str(run_folder), "--policy", "boulware", "--counterpart", "hardliner",
+                         "--role", "a", capsys=capsys)
+    assert code in (0, None), err
+    assert "16 episodes match" in out  # 8 scenarios x 2 seeds of one cell
+    assert out.count("boulware") == 16 and "conceder" not in out
+
+    first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
+    newest = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[-1])  # the rewritten record
+    code, out, err = cli("episodes", str(run_folder), "--show", first["key"][:12], capsys=capsys)
+    assert code in (0, None), err
+    assert f"episode {first['key']}" in out
+    assert HOSTILE in out  # the newest record of the key, its markup printed as text
+    assert newest["key"] == first["key"]
+    assert '"counts"' in out and '"values"' in out  # what both sides knew
+    assert f"status={first['outcome']['status']}" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--policy", "nobody"], "policy 'nobody' is not in the run"),
+    (["--scenario", "dnd-nope"], "no episode of"),
+    (["--show", ""], "matches 288 episodes; give more of the key"),
+])
+def test_episodes_refuses_with_one_line(run_folder, capsys, args, fragment):
+    code, out, err = cli("episodes", str(run_folder), *args, capsys=capsys)
+    assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err

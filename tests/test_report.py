@@ -318,3 +318,41 @@ def test_episodes_lists_the_matching_episodes_and_prints_one_whole(run_folder, c
 def test_episodes_refuses_with_one_line(run_folder, capsys, args, fragment):
     code, out, err = cli("episodes", str(run_folder), *args, capsys=capsys)
     assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+# Run in the page after it loaded: every element that hides part of its content behind a scroll bar
+# or a cut (overflow auto/scroll/hidden/clip with content wider than its box), and the page itself
+# when it is wider than the window. Written to <html data-overflow>, which --dump-dom shows.
+OVERFLOW_PROBE = """(function(){function check(){var out=[];
+document.querySelectorAll('main *').forEach(function(el){if(el.offsetParent===null)return;
+var ox=getComputedStyle(el).overflowX;
+if((ox==='auto'||ox==='scroll'||ox==='hidden'||ox==='clip')&&el.scrollWidth>el.clientWidth+1)
+out.push(((el.closest('section')||{}).id||'')+'/'+(el.id||el.className||el.tagName)+':'+el.scrollWidth+'>'+el.clientWidth);});
+var d=document.documentElement;if(d.scrollWidth>d.clientWidth+1)out.push('page:'+d.scrollWidth+'>'+d.clientWidth);
+d.setAttribute('data-overflow',out.join('|')||'none');}
+if(document.readyState==='complete')check();else window.addEventListener('load',check);})();"""
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_nothing_is_clipped_from_1000_to_1600_pixels(report, run_folder, tmp_path, width):
+    probed = tmp_path / "probed.html"
+    probed.write_text(report.read_text().replace("</body>", f"<script>{OVERFLOW_PROBE}</script></body>"))
+    first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
+    url = probed.as_uri() + "#episode=" + first["key"]  # the transcript viewer open, as a reader has it
+    proc = chromium(url, "--dump-dom", f"--window-size={width},2000", profile=tmp_path / "profile")
+    found = re.search(r'data-overflow="([^"]*)"', proc.stdout)
+    assert found, proc.stdout[:300]
+    assert html_unescape(found.group(1)) == "none"
+    shot = tmp_path / f"report-{width}.png"
+    chromium(url, f"--screenshot={shot}", f"--window-size={width},5000", profile=tmp_path / "p2")
+    assert shot.exists()
+    if os.environ.get("IBRL_REPORT_SCREENSHOT"):  # keep them for a human look
+        shutil.copy(shot, Path(os.environ["IBRL_REPORT_SCREENSHOT"]).with_suffix(f".{width}.png"))
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)

@@ -273,9 +273,17 @@ def _table(headers: list[tuple[str, bool]], rows: list[list[str]], sortable: boo
             f"<tbody>{body}</tbody></table></div>")
 
 
-def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:
+def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True,
+        stacked: bool = False) -> str:
+    """A number with its interval; `stacked` puts the interval on a second line (narrow columns)."""
     sort = "" if iv is None or iv.estimate is None else f' data-sort="{iv.estimate}"'
-    return f'<td class="num"{sort} title="{esc(describe(iv))}">{esc(fmt_iv(iv, percent, signed, unit))}</td>'
+    text = fmt_iv(iv, percent, signed, unit)
+    if stacked and " [" in text:
+        est, ci = text.split(" [", 1)
+        body = f'{esc(est)}<div class="ci">[{esc(ci)}</div>'
+    else:
+        body = esc(text)
+    return f'<td class="num"{sort} title="{esc(describe(iv))}">{body}</td>'
 
 
 def _note(ivs: list[Interval | None], extra: str = "") -> str:
@@ -419,24 +427,37 @@ def _passk(page: _Page, rows: list[PassK]) -> str:
             + "</section>")
 
 
+# The cell table shows this many metrics at a time (tabs switch between groups): with more, the
+# table would be wider than a 1,000-pixel window and hide columns behind a scroll bar.
+CELL_METRICS_PER_TABLE = 5
+
+
 def _cells(page: _Page) -> str:
-    metrics = [m for m in page.metrics]
-    headers = [("policy", False), ("counterpart", False), ("role", False), ("episodes", True), ("errors", True)]
-    headers += [(label(m) + (" %" if page.percent(m) else ""), True) for m in metrics]
-    rows = []
-    for c in page.results.cells:
-        tds = [f'<td title="{esc(c.policy)}">{esc(short(c.policy))}</td>',
-               f'<td title="{esc(c.counterpart)}">{esc(short(c.counterpart))}</td>', f"<td>{esc(c.policy_role)}</td>",
-               f'<td class="num" data-sort="{c.n_episodes}">{c.n_episodes}</td>',
-               f'<td class="num" data-sort="{c.n_errors}">{c.n_errors or ""}</td>']
-        for m in metrics:
-            iv = c.metrics.get(m)
-            tds.append(_td(iv, page.percent(m), unit=False))
-        rows.append(tds)
+    groups = [page.metrics[i:i + CELL_METRICS_PER_TABLE] for i in range(0, len(page.metrics), CELL_METRICS_PER_TABLE)]
+    tabs, panels = [], []
+    for g, metrics in enumerate(groups):
+        headers = [("policy", False), ("counterpart", False), ("role", False), ("episodes", True), ("errors", True)]
+        headers += [(label(m) + (" %" if page.percent(m) else ""), True) for m in metrics]
+        rows = []
+        for c in page.results.cells:
+            tds = [f'<td title="{esc(c.policy)}">{esc(short(c.policy))}</td>',
+                   f'<td title="{esc(c.counterpart)}">{esc(short(c.counterpart))}</td>',
+                   f"<td>{esc(c.policy_role)}</td>",
+                   f'<td class="num" data-sort="{c.n_episodes}">{c.n_episodes}</td>',
+                   f'<td class="num" data-sort="{c.n_errors}">{c.n_errors or ""}</td>']
+            tds += [_td(c.metrics.get(m), page.percent(m), unit=False, stacked=True) for m in metrics]
+            rows.append(tds)
+        panel_id = f"cells-{g}"
+        tabs.append(f'<button type="button" data-target="{panel_id}" aria-pressed="{str(g == 0).lower()}">'
+                    f"{esc(', '.join(label(m) for m in metrics))}</button>")
+        panels.append(f'<div id="{panel_id}"{"" if g == 0 else " hidden"}>'
+                      + _table(headers, rows, sortable=True) + "</div>")
     ivs = [iv for c in page.results.cells for iv in c.metrics.values()]
+    switch = f'<div class="tabs">{"".join(tabs)}</div>' if len(groups) > 1 else ""
     return (f'<section id="cells"><h2>All cells</h2><p class="lead">Every metric of every cell with its '
-            f"{page.results.confidence:.0%} interval (rates in %). Click a header to sort; hover a number for its "
-            f"method and sample size.</p>" + _table(headers, rows, sortable=True) + _note(ivs) + "</section>")
+            f"{page.results.confidence:.0%} interval (rates in %), {CELL_METRICS_PER_TABLE} metrics at a time. Click "
+            f"a header to sort; hover a number for its method and sample size.</p>" + switch + "".join(panels)
+            + _note(ivs) + "</section>")
 
 
 def _transcripts(page: _Page, total: int, shown: int) -> str:

@@ -281,6 +281,47 @@ def play(domain, policy, counterpart, role, split, scenario, seed, max_turns, mo
     print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
 
 
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False))
+@click.option("--policy", default=None, metavar="P", help="Only this policy (a short name is enough).")
+@click.option("--counterpart", default=None, metavar="C", help="Only this counterpart.")
+@click.option("--role", default=None, help="Only episodes where the policy played this role.")
+@click.option("--status", type=click.Choice(["ok", "invalid", "max_turns", "error"]), default=None)
+@click.option("--scenario", default=None, metavar="ID", help="Only this scenario id.")
+@click.option("--seed", type=click.IntRange(min=0), default=None)
+@click.option("--show", "key", default=None, metavar="KEY", help="Print this episode (a key, or its first characters).")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most rows in the table.")
+def episodes(run, policy, counterpart, role, status, scenario, seed, key, limit) -> None:
+    """Browse a run's recorded episodes: a table of those that match, or one of them turn by turn.
+
+    When the filters leave exactly one episode (or --show picks one), it is printed whole: what
+    each side knew, every move (private ones marked) and the outcome."""
+    from ibrl_bench.domains import get_domain
+    from ibrl_bench.report.terminal import episodes_table, print_episode
+    from ibrl_bench.runs import Run
+
+    r = Run(run)
+    found = r.select(policy=policy, counterpart=counterpart, role=role, status=status, scenario=scenario,
+                     seed=seed, key=key)
+    if not found:
+        raise UserError(f"no episode of {run} matches these filters; {len(r.summaries)} episodes are recorded")
+    if len(found) > 1 and key is None:
+        console.print(episodes_table(found, r.manifest.domain, limit))
+        more = f"; the first {limit} shown (--limit)" if len(found) > limit else ""
+        console.print(f"{len(found)} episodes match{more}. One of them turn by turn: --show KEY", highlight=False)
+        return
+    if len(found) > 1:
+        raise UserError(f"--show {key} matches {len(found)} episodes; give more of the key")
+    record = r.transcribed([found[0].key])[0]
+    game = get_domain(r.manifest.domain)
+    try:
+        scenario_obj = r.scenarios.get(record.scenario_id)
+    except UserError:
+        scenario_obj = None
+    fits = scenario_obj is not None and scenario_obj.hash == record.scenario_hash
+    print_episode(console, record, game.describe(scenario_obj) if fits else None)
+
+
 @cli.group()
 def counterparts() -> None:
     """Counterpart cards (counterparts/NAME.yaml) and panels (counterparts/panels/NAME.yaml)."""
@@ -587,22 +628,28 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
 @click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Where to write the report (default RUN/report.html).")
-def report(run, metric, train_counterpart, policies, reference, max_episodes, out) -> None:
+@click.option("--scale", type=click.Choice(["full", "data"]), default="full", show_default=True,
+              help="Colours of rates: on 0-100% (full), or on the span of the data (tells high rates apart).")
+def report(run, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
     """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png."""
     from ibrl_bench.report.html import ReportOptions, write_report
     from ibrl_bench.runs import Run
 
-    r = Run(run)
-    if r.frame.empty:
-        raise UserError(f"{run} holds no finished episode yet; run crossplay first")
-    options = ReportOptions(
-        metric=metric,
-        train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
-        policies=[r.resolve(p, "policy") for p in policies],
-        reference=r.resolve(reference, "policy") if reference else None,
-        max_episodes=max_episodes,
-    )
-    html_path, png_path = write_report(r, options, Path(out) if out else None)
+    # A run of 100,000 episodes takes a while: the stage in progress is shown on a terminal.
+    with err_console.status("report: reading the run") as status:
+        r = Run(run)
+        if r.frame.empty:
+            raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+        options = ReportOptions(
+            metric=metric,
+            train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
+            policies=[r.resolve(p, "policy") for p in policies],
+            reference=r.resolve(reference, "policy") if reference else None,
+            max_episodes=max_episodes,
+            full_scale=scale == "full",
+        )
+        html_path, png_path = write_report(r, options, Path(out) if out else None,
+                                           progress=lambda stage: status.update(f"report: {stage}"))
     note = r.unfinished()
     if note:
         err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)

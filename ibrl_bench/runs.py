@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from ibrl_bench.domains.base import Scenario
 from ibrl_bench.errors import UserError
-from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore
+from ibrl_bench.runner.store import EpisodeRecord, EpisodeSummary, Manifest, RunStore
 
 
 class RunFrames(NamedTuple):
@@ -36,15 +37,29 @@ class Run:
         self.manifest: Manifest = self.store.read_manifest()
 
     @cached_property
+    def _index(self) -> dict[str, tuple[EpisodeSummary, int]]:
+        return self.store.index()
+
+    @cached_property
+    def summaries(self) -> list[EpisodeSummary]:
+        """The newest record of every episode without its transcript, in the order they were first
+        written: what the statistics read."""
+        return [s for s, _ in self._index.values()]
+
+    @cached_property
     def records(self) -> list[EpisodeRecord]:
-        """The newest record of every episode, in the order they were first written."""
-        return list(self.store.latest().values())
+        """The newest record of every episode, transcripts included, in the order they were first written."""
+        return self.store.read_at([offset for _, offset in self._index.values()])
+
+    def transcribed(self, keys: list[str]) -> list[EpisodeRecord]:
+        """The whole records of these episodes, in the order given; only their lines are parsed."""
+        return self.store.read_at([self._index[k][1] for k in keys])
 
     @cached_property
     def frame(self) -> pd.DataFrame:
         from ibrl_bench.stats.matrix import episodes_frame
 
-        return episodes_frame(self.records)
+        return episodes_frame(self.summaries)
 
     def saved_results(self):
         """results.json when it covers exactly the episodes in the log (the same cells, episodes
@@ -61,7 +76,7 @@ class Run:
         counted = {(c.policy, c.counterpart, c.policy_role): (c.n_episodes, c.n_errors) for c in saved.cells}
         logged: Counter = Counter()
         errors: Counter = Counter()
-        for r in self.records:
+        for r in self.summaries:
             logged[(r.policy, r.counterpart, r.policy_role)] += 1
             errors[(r.policy, r.counterpart, r.policy_role)] += r.outcome.status == "error"
         return saved if counted == {cell: (n, errors[cell]) for cell, n in logged.items()} else None
@@ -69,7 +84,7 @@ class Run:
     def missing_cells(self) -> list[tuple[str, str, str]]:
         """The cells of the planned matrix that hold no scored (non-error) episode yet."""
         identity = self.manifest.identity
-        scored = {(r.policy, r.counterpart, r.policy_role) for r in self.records if r.outcome.status != "error"}
+        scored = {(r.policy, r.counterpart, r.policy_role) for r in self.summaries if r.outcome.status != "error"}
         return [(p, c, role) for p in identity.get("policies", []) for c in identity.get("counterparts", [])
                 for role in identity.get("roles", []) if (p, c, role) not in scored]
 
@@ -78,7 +93,7 @@ class Run:
         from ibrl_bench.runner.crossplay import planned_episodes
 
         planned = planned_episodes(self.manifest.identity)
-        scored = sum(r.outcome.status != "error" for r in self.records)
+        scored = sum(r.outcome.status != "error" for r in self.summaries)
         if scored >= planned:
             return None
         return (f"{self.folder} is unfinished: {scored} of {planned} planned episodes are scored; the numbers "
@@ -94,8 +109,36 @@ class Run:
         saved = self.saved_results()
         if saved is not None:
             return saved
-        return summarize(self.records, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+        return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
                          n_planned=planned_episodes(self.manifest.identity))
+
+    @cached_property
+    def scenarios(self) -> dict[str, Scenario]:
+        """The run's scenarios by id, rebuilt from the manifest (its split, or the context file it
+        read); records are matched to them by id and checked by their content hash."""
+        from ibrl_bench.domains import get_domain
+
+        config = self.manifest.config
+        if config.get("contexts_file"):
+            from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
+
+            scenario_set = load_lewis_contexts(config["contexts_file"]).head(config.get("scenarios"))
+        else:
+            scenario_set = get_domain(self.manifest.domain).scenario_set(
+                self.manifest.scenario_set["split"], self.manifest.scenario_set.get("n"))
+        return {s.id: s for s in scenario_set.scenarios}
+
+    def select(self, *, policy: str | None = None, counterpart: str | None = None, role: str | None = None,
+               status: str | None = None, scenario: str | None = None, seed: int | None = None,
+               key: str | None = None) -> list[EpisodeSummary]:
+        """The episodes that match every filter given (names may be short; `key` may be a prefix)."""
+        policy = self.resolve(policy, "policy") if policy else None
+        counterpart = self.resolve(counterpart, "counterpart") if counterpart else None
+        return [s for s in self.summaries
+                if (policy is None or s.policy == policy) and (counterpart is None or s.counterpart == counterpart)
+                and (role is None or s.policy_role == role) and (status is None or s.outcome.status == status)
+                and (scenario is None or s.scenario_id == scenario) and (seed is None or s.seed == seed)
+                and (key is None or s.key.startswith(key))]
 
     @property
     def policies(self) -> list[str]:

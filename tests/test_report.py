@@ -85,6 +85,19 @@ def test_import_stays_light_and_load_run_is_exported():
     assert proc.stdout.strip() == "load_run"
 
 
+def test_a_capped_transcript_browser_keeps_every_cell_in_matrix_order(run_folder):
+    from ibrl_bench.report.html import _episode_data, _Page
+
+    page = _Page(Run(run_folder), ReportOptions(max_episodes=20))
+    data, total, shown = _episode_data(page, 20)
+    episodes = json.loads(data)["episodes"]
+    assert (total, shown, len(episodes)) == (288, 20, 20)
+    cells = [(e["p"], e["c"], e["r"]) for e in episodes]
+    assert len(set(cells)) == 18  # 18 cells, 20 places: every cell shown, two of them twice
+    order = [(e["p"], e["c"], e["r"], e["s"], e["sd"]) for e in episodes]
+    assert order == sorted(order)
+
+
 # ------------------------------------------------------------------------- the commands
 
 def test_analysis_commands(run_folder, one_seed_run, capsys):
@@ -217,6 +230,20 @@ def test_report_in_headless_chromium(report, run_folder, tmp_path):
     assert "&lt;/script&gt;&lt;script&gt;document.title" in viewer
     assert viewer.count('class="turn ') == len(first["transcript"])
     assert "private, not shown to the other side" in viewer
+    # Beside the transcript, what each side knew: the item counts and both sides' values.
+    from ibrl_bench.domains import get_domain
+
+    domain = get_domain("dealnodeal")
+    scenario = Run(run_folder).scenarios[first["scenario_id"]]
+    private = domain.observe(domain.start(scenario, 0), "a").private
+    table = viewer.split('class="private-table"', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<td>([^<]*)</td>", table)
+    values_b = domain.observe(domain.start(scenario, 0), "b").private["values"]
+    policy_role = first["policy_role"]
+    own, other = (private["values"], values_b) if policy_role == "a" else (values_b, private["values"])
+    expected = [str(x) for item, count, v, w in zip(private["items"], private["counts"], own, other)
+                for x in (item, count, v, w)]
+    assert cells == expected
     # The browser lists the episodes of that cell (filtered by the link), 16 = 8 scenarios x 2 seeds.
     rows = re.findall(r'<tr class="ep[^"]*" data-key="', dom)
     assert len(rows) == 16
@@ -253,3 +280,79 @@ def test_an_interval_with_a_negative_bound_is_not_written_with_a_dash():
     assert fmt(iv(0.94, 0.84, 0.98), percent=True) == "94 [84-98]"
     assert fmt(iv(-0.01, -0.06, 0.08), percent=True) == "-1 [-6, 8]"
     assert fmt(iv(-2.5, -3.0, -2.0), percent=False) == "-2.5 [-3.0, -2.0]"
+
+
+def test_rates_are_coloured_on_the_full_scale_unless_asked_to_span_the_data():
+    from ibrl_bench.report.heatmap import color_span
+
+    assert color_span([0.72, 0.95, 1.0], percent=True) == (0.0, 1.0)  # 72% is not drawn as the worst colour
+    assert color_span([0.72, 0.95, 1.0], percent=True, full_scale=False) == (0.7, 1.0)
+    assert color_span([0.98, 0.99], percent=True, full_scale=False) == (0.9, 1.0)  # never narrower than 10 points
+    assert color_span([3.5, 7.25], percent=False) == (3.5, 7.25)  # scores span their data
+    assert color_span([5.0, 5.0], percent=False) == (4.5, 5.5)
+
+
+def test_episodes_lists_the_matching_episodes_and_prints_one_whole(run_folder, capsys):
+    code, out, err = cli("episodes", str(run_folder), "--policy", "boulware", "--counterpart", "hardliner",
+                         "--role", "a", capsys=capsys)
+    assert code in (0, None), err
+    assert "16 episodes match" in out  # 8 scenarios x 2 seeds of one cell
+    assert out.count("boulware") == 16 and "conceder" not in out
+
+    first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
+    newest = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[-1])  # the rewritten record
+    code, out, err = cli("episodes", str(run_folder), "--show", first["key"][:12], capsys=capsys)
+    assert code in (0, None), err
+    assert f"episode {first['key']}" in out
+    assert HOSTILE in out  # the newest record of the key, its markup printed as text
+    assert newest["key"] == first["key"]
+    assert '"counts"' in out and '"values"' in out  # what both sides knew
+    assert f"status={first['outcome']['status']}" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--policy", "nobody"], "policy 'nobody' is not in the run"),
+    (["--scenario", "dnd-nope"], "no episode of"),
+    (["--show", ""], "matches 288 episodes; give more of the key"),
+])
+def test_episodes_refuses_with_one_line(run_folder, capsys, args, fragment):
+    code, out, err = cli("episodes", str(run_folder), *args, capsys=capsys)
+    assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+# Run in the page after it loaded: every element that hides part of its content behind a scroll bar
+# or a cut (overflow auto/scroll/hidden/clip with content wider than its box), and the page itself
+# when it is wider than the window. Written to <html data-overflow>, which --dump-dom shows.
+OVERFLOW_PROBE = """(function(){function check(){var out=[];
+document.querySelectorAll('main *').forEach(function(el){if(el.offsetParent===null)return;
+var ox=getComputedStyle(el).overflowX;
+if((ox==='auto'||ox==='scroll'||ox==='hidden'||ox==='clip')&&el.scrollWidth>el.clientWidth+1)
+out.push(((el.closest('section')||{}).id||'')+'/'+(el.id||el.className||el.tagName)+':'+el.scrollWidth+'>'+el.clientWidth);});
+var d=document.documentElement;if(d.scrollWidth>d.clientWidth+1)out.push('page:'+d.scrollWidth+'>'+d.clientWidth);
+d.setAttribute('data-overflow',out.join('|')||'none');}
+if(document.readyState==='complete')check();else window.addEventListener('load',check);})();"""
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_nothing_is_clipped_from_1000_to_1600_pixels(report, run_folder, tmp_path, width):
+    probed = tmp_path / "probed.html"
+    probed.write_text(report.read_text().replace("</body>", f"<script>{OVERFLOW_PROBE}</script></body>"))
+    first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
+    url = probed.as_uri() + "#episode=" + first["key"]  # the transcript viewer open, as a reader has it
+    proc = chromium(url, "--dump-dom", f"--window-size={width},2000", profile=tmp_path / "profile")
+    found = re.search(r'data-overflow="([^"]*)"', proc.stdout)
+    assert found, proc.stdout[:300]
+    assert html_unescape(found.group(1)) == "none"
+    shot = tmp_path / f"report-{width}.png"
+    chromium(url, f"--screenshot={shot}", f"--window-size={width},5000", profile=tmp_path / "p2")
+    assert shot.exists()
+    if os.environ.get("IBRL_REPORT_SCREENSHOT"):  # keep them for a human look
+        shutil.copy(shot, Path(os.environ["IBRL_REPORT_SCREENSHOT"]).with_suffix(f".{width}.png"))
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)

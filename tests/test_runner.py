@@ -187,3 +187,20 @@ def test_a_move_that_hangs_in_the_simultaneous_phase_is_an_error_not_a_leak(tmp_
                            move_timeout=0.2, fail_on_error=1.0)
     assert progress.errors == 4
     assert all("TimeoutError" in r.errors[0] for r in runner.store.records())
+
+
+def test_the_index_reads_summaries_and_offsets_that_lead_back_to_the_newest_records(tmp_path):
+    runner, _ = run(tmp_path)
+    path = runner.store.episodes_path
+    lines = path.read_bytes().splitlines(keepends=True)
+    changed = json.loads(lines[2])
+    changed["transcript"][0]["text"] = "a newer record of the same episode"
+    path.write_bytes(b"".join(lines) + (json.dumps(changed) + "\n").encode())
+    index = runner.store.index()
+    latest = runner.store.latest()
+    assert list(index) == list(latest)  # keys in first-written order, the newest record of each
+    records = runner.store.read_at([offset for _, offset in index.values()])
+    assert records == list(latest.values())
+    assert records[2].transcript[0].text == "a newer record of the same episode"
+    for (summary, _), record in zip(index.values(), records):
+        assert summary.model_dump() == record.model_dump(exclude={"transcript"})

@@ -84,8 +84,10 @@ def test_bad_parameters_are_user_errors():
         build_scripted("dealnodeal", "boulware", {"beta": "fast"})
     with pytest.raises(UserError, match="reservation"):
         build_scripted("dealnodeal", "conceder", {"reservation": 11})
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match=r"unknown parameter 'nonsense' for scripted:dealnodeal/fair; valid parameters: "):
         build_scripted("dealnodeal", "fair", {"nonsense": 1})
+    with pytest.raises(UserError, match=r"valid parameters: beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0$"):
+        build_scripted("dealnodeal", "boulware", {"foo": 1})
 
 
 def test_every_pairing_speaks_the_protocol(matrix):

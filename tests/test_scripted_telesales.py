@@ -62,7 +62,8 @@ def test_registry_has_four_sellers_and_a_buyer_per_temperament():
     for name, cls in {**SELLERS, **BUYERS}.items():
         assert cls.name == name and cls.__doc__ and len(cls.__doc__.strip().splitlines()) >= 2
         assert isinstance(build_scripted("telesales", name, {}), Agent)
-    with pytest.raises(UserError, match="bad parameters"):
+    with pytest.raises(UserError, match=r"unknown parameter 'greed' .* valid parameters: markup: float \| None = None, "
+                                        r"concession: float \| None = None"):
         build_scripted("telesales", "consultative", {"greed": 2})
     assert build_scripted("telesales", "consultative", {"concession": 0.5}).concession == 0.5
     assert build_scripted("telesales", "skeptical", {"depth": 0.2}).depth == 0.2

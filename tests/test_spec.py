@@ -32,7 +32,7 @@ def test_scripted_spec_with_or_without_domain_and_wrong_domain():
     assert build_agent("scripted:boulware", "dealnodeal").spec == "scripted:boulware"
     with pytest.raises(UserError, match="is an agent for telesales"):
         build_agent("scripted:telesales/pushy", "dealnodeal")
-    with pytest.raises(UserError, match="bad parameters"):
+    with pytest.raises(UserError, match="unknown parameter 'nonsense' .*; valid parameters: beta: float"):
         build_agent("scripted:dealnodeal/boulware?nonsense=1", "dealnodeal")
 
 
@@ -52,7 +52,8 @@ def test_plugin_agents_play_through_the_same_loop():
         ("python:no_such_module_xyz:f", "cannot import"),
         ("python:plugins:missing", "no callable 'missing'"),
         ("python:plugins:NotAnAgent", "async def act"),
-        ("python:plugins:Slow?bogus=1", "bad parameters"),
+        ("python:plugins:Slow?bogus=1", r"unknown parameter 'bogus' .*; valid parameters: name: str = 'boulware', "
+                                        r"delay: float = 0.01"),
         ("hf:/models/x", "no model at"),
     ],
 )

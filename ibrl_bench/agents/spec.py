@@ -15,7 +15,9 @@ import asyncio
 import importlib
 import inspect
 import math
+import os
 import re
+import sys
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -121,6 +123,7 @@ def _plugin(spec: AgentSpec) -> Agent:
     module_name, sep, attr = spec.target.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"malformed plugin spec {spec.text!r}; expected python:package.module:factory")
+    _import_from_cwd()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
@@ -130,13 +133,7 @@ def _plugin(spec: AgentSpec) -> Agent:
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise UserError(f"{module_name} has no callable {attr!r} (from {spec.text})")
-    try:
-        agent = factory(**spec.params)
-    except TypeError as e:
-        raise UserError(f"bad parameters for {spec.text}: {_one_line(e)}") from None
-    except (Exception, SystemExit, asyncio.CancelledError) as e:  # noqa: BLE001 - the user's factory failed
-        raise UserError(f"{spec.text} raised {_one_line(e)} while building the agent; fix the factory "
-                        "or its parameters") from None
+    agent = call_with_params(factory, spec.params, spec.text)
     act = getattr(agent, "act", None)
     if act is None or not inspect.iscoroutinefunction(act):
         raise UserError(
@@ -149,3 +146,43 @@ def _plugin(spec: AgentSpec) -> Agent:
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__
+
+
+def _import_from_cwd() -> None:
+    """Let a user's package in the current folder import, as `python -m` would: the `ibrl-bench`
+    script, unlike `python -m`, does not put the current folder on the import path."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def call_with_params(factory: Any, params: dict[str, Any], what: str) -> Any:
+    """`factory(**params)`, with a parameter it does not take refused by a line that lists those it
+    does, with their types and defaults (read from its signature)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C type without one: let the call say what is wrong
+        signature = None
+    if signature is not None:
+        accepted = {name: p for name, p in signature.parameters.items()
+                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        unknown = [k for k in params if k not in accepted]
+        if unknown and not takes_any:
+            valid = ", ".join(_describe_param(p) for p in accepted.values()) or "none"
+            raise UserError(f"unknown parameter {unknown[0]!r} for {what}; valid parameters: {valid}")
+    try:
+        return factory(**params)
+    except UserError:
+        raise
+    except TypeError as e:
+        raise UserError(f"bad parameters for {what}: {_one_line(e)}") from None
+    except (Exception, SystemExit, asyncio.CancelledError) as e:  # noqa: BLE001 - the user's factory failed
+        raise UserError(f"{what} raised {_one_line(e)} while building the agent; fix the factory "
+                        "or its parameters") from None
+
+
+def _describe_param(p: inspect.Parameter) -> str:
+    annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+    text = p.name + (f": {annotation}" if annotation and p.annotation is not p.empty else "")
+    return text + (f" = {p.default!r}" if p.default is not p.empty else "")

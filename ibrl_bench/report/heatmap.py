@@ -6,6 +6,7 @@ the package never pays for it.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ibrl_bench.report.tables import short
@@ -14,6 +15,23 @@ from ibrl_bench.stats.intervals import Interval
 
 def _label(value: float, percent: bool) -> str:
     return f"{value * 100:.0f}" if percent else f"{value:.2f}"
+
+
+def color_span(values: list[float], percent: bool, full_scale: bool = True) -> tuple[float, float]:
+    """The values at the two ends of the colour scale. Rates span 0 to 100% by default, so that a
+    colour means the same in every report and 72% does not look like a failure because every other
+    cell is higher; `full_scale=False` spans the data (in steps of 10 points) to tell high rates apart.
+    Scores always span the data."""
+    if percent and full_scale:
+        return 0.0, 1.0
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if percent:
+        lo, hi = math.floor(lo * 10) / 10, math.ceil(hi * 10) / 10
+        if hi - lo < 0.1:
+            lo, hi = max(0.0, hi - 0.1), max(hi, 0.1)
+    elif lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    return lo, hi
 
 
 def render_heatmap(
@@ -26,10 +44,10 @@ def render_heatmap(
     percent: bool,
     title: str,
     note: str,
+    full_scale: bool = True,
 ) -> Path:
     """Draw policies (rows) x (counterpart, role) columns; `cells` maps (policy, counterpart, role)
-    to the interval of the metric. Colours span the data (rates in steps of 10 points), so that
-    differences show even when every cell is high; the colour bar states the span."""
+    to the interval of the metric. The colour span is `color_span`'s, stated by the colour bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,14 +60,8 @@ def render_heatmap(
             iv = cells.get((p, c, r))
             if iv is not None and iv.estimate is not None:
                 grid[i, j] = iv.estimate * (100 if percent else 1)
-    finite = grid[np.isfinite(grid)]
-    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if percent:  # as in report.html: the span of the data in steps of 10 points
-        vmin, vmax = np.floor(vmin / 10) * 10, np.ceil(vmax / 10) * 10
-        if vmax - vmin < 10:
-            vmin, vmax = max(0.0, vmax - 10), max(vmax, 10.0)
-    elif vmin == vmax:
-        vmin, vmax = vmin - 0.5, vmax + 0.5
+    finite = grid[np.isfinite(grid)] / (100 if percent else 1)
+    vmin, vmax = (x * (100 if percent else 1) for x in color_span(finite.tolist(), percent, full_scale))
 
     width = max(6.0, 1.5 + 1.45 * len(columns))
     height = max(3.0, 1.9 + 0.75 * len(policies))

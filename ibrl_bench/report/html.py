@@ -17,6 +17,7 @@ import html
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
+from ibrl_bench.report.heatmap import color_span
 from ibrl_bench.report.tables import short
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
@@ -64,6 +66,7 @@ class ReportOptions(BaseModel):
     reference: str | None = None
     max_episodes: int = 5000  # transcripts embedded in the page
     confidence: float = 0.95
+    full_scale: bool = True  # rates coloured on 0-100%; False: on the span of the data
 
 
 # ------------------------------------------------------------------------- small helpers
@@ -225,13 +228,7 @@ def _matrix(page: _Page) -> str:
         percent = page.percent(metric)
         ivs = [c.metrics.get(metric) for c in page.results.cells]
         vals = [x for iv in ivs if iv is not None for x in (iv.estimate, iv.low, iv.high) if x is not None]
-        lo, hi = (min(vals), max(vals)) if vals else (0.0, 1.0)
-        if percent:
-            # The colours span the data (in steps of 10 points), so that 70% and 95% look different
-            # even when every cell is high; the legend states the span.
-            lo, hi = math.floor(lo * 10) / 10, math.ceil(hi * 10) / 10
-            if hi - lo < 0.1:
-                lo, hi = max(0.0, hi - 0.1), max(hi, 0.1)
+        lo, hi = color_span(vals, percent, page.options.full_scale)
         head1 = "".join(f'<th class="group" colspan="{sum(1 for c2, _ in page.columns if c2 == c)}" title="{esc(c)}">'
                         f"{esc(short(c))}</th>" for c in page.counterparts)
         head2 = "".join(f"<th>role {esc(r)}</th>" for _, r in page.columns)
@@ -276,9 +273,17 @@ def _table(headers: list[tuple[str, bool]], rows: list[list[str]], sortable: boo
             f"<tbody>{body}</tbody></table></div>")
 
 
-def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:
+def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True,
+        stacked: bool = False) -> str:
+    """A number with its interval; `stacked` puts the interval on a second line (narrow columns)."""
     sort = "" if iv is None or iv.estimate is None else f' data-sort="{iv.estimate}"'
-    return f'<td class="num"{sort} title="{esc(describe(iv))}">{esc(fmt_iv(iv, percent, signed, unit))}</td>'
+    text = fmt_iv(iv, percent, signed, unit)
+    if stacked and " [" in text:
+        est, ci = text.split(" [", 1)
+        body = f'{esc(est)}<div class="ci">[{esc(ci)}</div>'
+    else:
+        body = esc(text)
+    return f'<td class="num"{sort} title="{esc(describe(iv))}">{body}</td>'
 
 
 def _note(ivs: list[Interval | None], extra: str = "") -> str:
@@ -422,24 +427,37 @@ def _passk(page: _Page, rows: list[PassK]) -> str:
             + "</section>")
 
 
+# The cell table shows this many metrics at a time (tabs switch between groups): with more, the
+# table would be wider than a 1,000-pixel window and hide columns behind a scroll bar.
+CELL_METRICS_PER_TABLE = 5
+
+
 def _cells(page: _Page) -> str:
-    metrics = [m for m in page.metrics]
-    headers = [("policy", False), ("counterpart", False), ("role", False), ("episodes", True), ("errors", True)]
-    headers += [(label(m) + (" %" if page.percent(m) else ""), True) for m in metrics]
-    rows = []
-    for c in page.results.cells:
-        tds = [f'<td title="{esc(c.policy)}">{esc(short(c.policy))}</td>',
-               f'<td title="{esc(c.counterpart)}">{esc(short(c.counterpart))}</td>', f"<td>{esc(c.policy_role)}</td>",
-               f'<td class="num" data-sort="{c.n_episodes}">{c.n_episodes}</td>',
-               f'<td class="num" data-sort="{c.n_errors}">{c.n_errors or ""}</td>']
-        for m in metrics:
-            iv = c.metrics.get(m)
-            tds.append(_td(iv, page.percent(m), unit=False))
-        rows.append(tds)
+    groups = [page.metrics[i:i + CELL_METRICS_PER_TABLE] for i in range(0, len(page.metrics), CELL_METRICS_PER_TABLE)]
+    tabs, panels = [], []
+    for g, metrics in enumerate(groups):
+        headers = [("policy", False), ("counterpart", False), ("role", False), ("episodes", True), ("errors", True)]
+        headers += [(label(m) + (" %" if page.percent(m) else ""), True) for m in metrics]
+        rows = []
+        for c in page.results.cells:
+            tds = [f'<td title="{esc(c.policy)}">{esc(short(c.policy))}</td>',
+                   f'<td title="{esc(c.counterpart)}">{esc(short(c.counterpart))}</td>',
+                   f"<td>{esc(c.policy_role)}</td>",
+                   f'<td class="num" data-sort="{c.n_episodes}">{c.n_episodes}</td>',
+                   f'<td class="num" data-sort="{c.n_errors}">{c.n_errors or ""}</td>']
+            tds += [_td(c.metrics.get(m), page.percent(m), unit=False, stacked=True) for m in metrics]
+            rows.append(tds)
+        panel_id = f"cells-{g}"
+        tabs.append(f'<button type="button" data-target="{panel_id}" aria-pressed="{str(g == 0).lower()}">'
+                    f"{esc(', '.join(label(m) for m in metrics))}</button>")
+        panels.append(f'<div id="{panel_id}"{"" if g == 0 else " hidden"}>'
+                      + _table(headers, rows, sortable=True) + "</div>")
     ivs = [iv for c in page.results.cells for iv in c.metrics.values()]
+    switch = f'<div class="tabs">{"".join(tabs)}</div>' if len(groups) > 1 else ""
     return (f'<section id="cells"><h2>All cells</h2><p class="lead">Every metric of every cell with its '
-            f"{page.results.confidence:.0%} interval (rates in %). Click a header to sort; hover a number for its "
-            f"method and sample size.</p>" + _table(headers, rows, sortable=True) + _note(ivs) + "</section>")
+            f"{page.results.confidence:.0%} interval (rates in %), {CELL_METRICS_PER_TABLE} metrics at a time. Click "
+            f"a header to sort; hover a number for its method and sample size.</p>" + switch + "".join(panels)
+            + _note(ivs) + "</section>")
 
 
 def _transcripts(page: _Page, total: int, shown: int) -> str:
@@ -492,23 +510,30 @@ def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
 
 def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
     """The episodes for the browser, as JSON safe to inline in a <script> element."""
-    records = page.run.records
+    records = page.run.summaries
     pol = {p: i for i, p in enumerate(page.policies)}
     cpt = {c: i for i, c in enumerate(page.counterparts)}
-    order = sorted(records, key=lambda r: (pol.get(r.policy, 0), cpt.get(r.counterpart, 0), r.policy_role,
-                                           r.scenario_id, r.seed))
-    if len(order) > limit:
+    # Positions, not records, are sorted and compared: records are pydantic models, whose equality
+    # compares every field (a sort that reached it cost minutes on a 14,400-episode run).
+    positions = sorted(range(len(records)), key=lambda i: (
+        pol.get(records[i].policy, 0), cpt.get(records[i].counterpart, 0), records[i].policy_role,
+        records[i].scenario_id, records[i].seed, i))
+    if len(positions) > limit:
         # Keep every cell represented: take the first episodes of each cell, round-robin.
-        by_cell: dict[tuple, list] = {}
-        for r in order:
-            by_cell.setdefault((r.policy, r.counterpart, r.policy_role), []).append(r)
-        kept, i = [], 0
+        by_cell: dict[tuple, list[int]] = {}
+        for i in positions:
+            r = records[i]
+            by_cell.setdefault((r.policy, r.counterpart, r.policy_role), []).append(i)
+        rank = {i: n for n, i in enumerate(positions)}
+        kept: list[int] = []
+        depth = 0
         while len(kept) < limit:
             for group in by_cell.values():
-                if i < len(group) and len(kept) < limit:
-                    kept.append(group[i])
-            i += 1
-        order = sorted(kept, key=order.index)
+                if depth < len(group) and len(kept) < limit:
+                    kept.append(group[depth])
+            depth += 1
+        positions = sorted(kept, key=rank.__getitem__)
+    order = page.run.transcribed([records[i].key for i in positions])
     eps = []
     for r in order:
         o = r.outcome
@@ -526,9 +551,35 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
         "roles": page.roles, "statuses": sorted({r.outcome.status for r in records}),
         "episodes": eps, "total": len(records),
     }
+    payload["private"], payload["private_note"] = _private_views(page, order)
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)
     # Inside <script>, "</script" (or "<!--") in a transcript would end the element: escape "<".
     return text.replace("<", "\\u003c"), len(records), len(eps)
+
+
+def _private_views(page: _Page, shown: list) -> tuple[dict[str, dict[str, dict]], str]:
+    """What each side knew in each shown scenario (its opening observation's private part), so a
+    reader can judge a deal: {scenario id: {role: private}}, and why some are missing. A scenario
+    that cannot be rebuilt as it was played (a moved context file, a changed generator) is left out."""
+    from ibrl_bench.domains import get_domain
+
+    try:
+        scenarios = page.run.scenarios
+    except UserError as e:
+        return {}, str(e)
+    domain = get_domain(page.domain)
+    views: dict[str, dict[str, dict]] = {}
+    for r in shown:
+        scenario = scenarios.get(r.scenario_id)
+        if r.scenario_id in views or scenario is None or scenario.hash != r.scenario_hash:
+            continue
+        state = domain.start(scenario, 0)
+        # The catalog is the same public list in every TeleSales scenario: left out, it would
+        # repeat the page's largest block once per scenario.
+        views[r.scenario_id] = {role: {k: v for k, v in domain.observe(state, role).private.items() if k != "catalog"}
+                                for role in domain.roles}
+    missing = len({r.scenario_id for r in shown} - set(views))
+    return views, f"{missing} scenarios could not be rebuilt as they were played" if missing else ""
 
 
 def _json_default(x: object) -> object:
@@ -539,8 +590,15 @@ def _json_default(x: object) -> object:
 
 # ------------------------------------------------------------------------- the page
 
-def build_report(run: Run, options: ReportOptions) -> str:
+def _quiet(stage: str) -> None:
+    pass
+
+
+def build_report(run: Run, options: ReportOptions, progress: Callable[[str], None] = _quiet) -> str:
+    """The page; `progress` hears the name of each stage as it starts (a large run takes a while)."""
+    progress(f"reading {run.folder / 'episodes.jsonl'}")
     page = _Page(run, options)
+    progress(f"rankings and mismatch of {len(page.frame):,} episodes")
     frame = page.frame
     metric = options.metric
     scored = frame[frame["status"] != "error"]
@@ -567,6 +625,7 @@ def build_report(run: Run, options: ReportOptions) -> str:
     elif page.seeds > 1:
         extra.append(f"pass@k is not shown: {metric} is a score, not a success/failure")
 
+    progress(f"transcripts (up to {options.max_episodes:,})")
     data, total, shown = _episode_data(page, options.max_episodes)
     title = f"ibrl-bench report · {run.folder.name}"
     return f"""<!doctype html>
@@ -600,17 +659,19 @@ def build_report(run: Run, options: ReportOptions) -> str:
 """
 
 
-def write_report(run: Run, options: ReportOptions, out: Path | None = None) -> tuple[Path, Path]:
+def write_report(run: Run, options: ReportOptions, out: Path | None = None,
+                 progress: Callable[[str], None] = _quiet) -> tuple[Path, Path]:
     """Write report.html (to `out`, default RUN/report.html) and heatmap.png next to it."""
-    from ibrl_bench.report.heatmap import render_heatmap
+    from ibrl_bench.report.heatmap import render_heatmap  # matplotlib: imported here only
 
     out = out or run.folder / "report.html"
-    text = build_report(run, options)
+    text = build_report(run, options, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
 
+    progress("heatmap.png")
     page = _Page(run, options)
     metric = options.metric if options.metric in page.kinds else "success_at_1"
     cells = {k: c.metrics.get(metric) for k, c in page.cells.items()}
@@ -621,6 +682,7 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None) -> t
             f"{'/'.join(map(str, sizes)) or 0} scenarios per cell, {page.seeds} seed(s) each. {run.folder}")
     png = render_heatmap(out.parent / "heatmap.png", page.policies, page.columns, cells,
                          metric_label=label(metric), percent=page.percent(metric),
-                         title=f"{label(metric)} by cell, {run.manifest.domain}", note=note)
+                         title=f"{label(metric)} by cell, {run.manifest.domain}", note=note,
+                         full_scale=options.full_scale)
     return out, png
 

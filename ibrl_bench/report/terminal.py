@@ -96,3 +96,35 @@ def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome,
         f"[bold]outcome[/bold]: status={outcome.status} agreement={outcome.agreement} rewards: {rewards}"
         + (f" ({escape(scrub(outcome.detail))})" if outcome.detail else "")
     )
+
+
+def episodes_table(episodes: list, domain: str, limit: int) -> Table:
+    """One row per episode (the first `limit`): what it was and how it ended, from the policy's side."""
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name, right in (("episode", False), ("policy", False), ("counterpart", False), ("role", False),
+                        ("scenario", False), ("seed", True), ("status", False), ("success", False),
+                        ("score", True), ("cpt score", True), ("moves", True)):
+        table.add_column(name, justify="right" if right else "left", overflow="fold")
+    for e in episodes[:limit]:
+        o = e.outcome
+        other = next((r for r in e.agents if r != e.policy_role), None)
+        table.add_row(e.key, short(e.policy, domain), short(e.counterpart, domain), e.policy_role, e.scenario_id,
+                      str(e.seed), o.status, "yes" if o.success else "no", f"{o.rewards.get(e.policy_role, 0):g}",
+                      f"{o.rewards.get(other, 0):g}" if other else "", str(o.turns))
+    return table
+
+
+def print_episode(console: Console, record, scenario_text: str | None) -> None:
+    """One recorded episode: its seats, what each side knew, every move, and how it ended."""
+    console.print(f"[bold]episode {record.key}[/bold]  {record.scenario_id}  seed={record.seed}  "
+                  f"policy {record.policy} as {record.policy_role} vs {record.counterpart}"
+                  + (f"  ({record.starter} opens)" if record.starter else ""), highlight=False)
+    if scenario_text is not None:
+        console.print(scenario_text, markup=False, highlight=False)
+    else:
+        console.print("[dim](the scenario could not be rebuilt as it was played: private information not shown)[/dim]")
+    labels = {role: spec for role, spec in record.agents.items()}
+    print_transcript(console, record.transcript, record.outcome, labels)
+    if record.errors:
+        console.print(f"[yellow]infrastructure errors ({record.attempts} attempts):[/yellow] " + " | ".join(record.errors),
+                      markup=True, highlight=False)

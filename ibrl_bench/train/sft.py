@@ -178,16 +178,8 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
 def _episodes(folder: str, domain: Domain, counts: Counter):
     """(record, scenario, max_turns) for every finished episode of a run folder of `domain`."""
     run = _open_run(folder, domain.name)
-    manifest = run.manifest
-    config = manifest.config
-    if config.get("contexts_file"):
-        from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
-
-        scenario_set = load_lewis_contexts(config["contexts_file"]).head(config.get("scenarios"))
-    else:
-        scenario_set = domain.scenario_set(manifest.scenario_set["split"], manifest.scenario_set.get("n"))
-    by_id = {s.id: s for s in scenario_set.scenarios}
-    max_turns = manifest.identity.get("max_turns") or domain.default_max_turns
+    by_id = run.scenarios
+    max_turns = run.manifest.identity.get("max_turns") or domain.default_max_turns
     for record in run.records:
         scenario = by_id.get(record.scenario_id)
         if scenario is None or scenario.hash != record.scenario_hash:

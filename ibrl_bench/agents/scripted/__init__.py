@@ -28,7 +28,6 @@ def build_scripted(domain: str, name: str, params: dict[str, Any]) -> Agent:
         raise UserError(
             f"unknown scripted agent {domain}/{name}; available: {', '.join(sorted(agents))}"
         )
-    try:
-        return agents[name](**params)
-    except TypeError as e:
-        raise UserError(f"bad parameters for scripted:{domain}/{name}: {e}") from None
+    from ibrl_bench.agents.spec import call_with_params
+
+    return call_with_params(agents[name], params, f"scripted:{domain}/{name}")

@@ -107,6 +107,50 @@
     if (tr) openEpisode(tr.getAttribute('data-key'), true);
   });
 
+  // What each side knew: Deal-or-NoDeal's item counts and values as one table, any other domain's
+  // private brief as a list of its fields.
+  function privateViews(e, policy, counterpart) {
+    var views = (data.private || {})[e.s];
+    var box = el('div', 'private-info');
+    if (!views) {
+      box.appendChild(el('div', 'small', 'private information not available for this scenario' +
+        (data.private_note ? ' (' + data.private_note + ')' : '')));
+      return box;
+    }
+    var roles = Object.keys(views).sort(function (x, y) { return (x === e.r ? 0 : 1) - (y === e.r ? 0 : 1); });
+    var who = function (r) { return (r === e.r ? policy : counterpart) + ' (' + r + ')'; };
+    var first = views[roles[0]];
+    if (first.items && first.counts && roles.every(function (r) { return views[r].values; })) {
+      var table = el('table', 'private-table'), head = el('tr');
+      ['item', 'count'].concat(roles.map(function (r) { return 'value to ' + who(r); }))
+        .forEach(function (h) { head.appendChild(el('th', null, h)); });
+      table.appendChild(head);
+      first.items.forEach(function (item, i) {
+        var tr = el('tr');
+        [item, first.counts[i]].concat(roles.map(function (r) { return views[r].values[i]; }))
+          .forEach(function (v) { tr.appendChild(el('td', null, String(v))); });
+        table.appendChild(tr);
+      });
+      box.appendChild(el('div', 'small', 'private information (each side saw only its own values)'));
+      box.appendChild(table);
+      return box;
+    }
+    roles.forEach(function (r) {
+      var part = el('details', 'private-role');
+      part.appendChild(el('summary', null, 'what ' + who(r) + ' knew'));
+      var dl = el('dl');
+      Object.keys(views[r]).forEach(function (k) {
+        var v = views[r][k];
+        var value = v !== null && typeof v === 'object' ? JSON.stringify(v, null, 1) : String(v);
+        dl.appendChild(el('dt', null, k));
+        dl.appendChild(el('dd', null, value));
+      });
+      part.appendChild(dl);
+      box.appendChild(part);
+    });
+    return box;
+  }
+
   function openEpisode(key, updateHash) {
     var e = byKey[key];
     if (!e) return;
@@ -120,6 +164,7 @@
     viewer.appendChild(el('h3', null, policy + ' (role ' + e.r + ') vs ' + counterpart));
     viewer.appendChild(el('div', 'small', 'scenario ' + e.s + ' \u00b7 seed ' + e.sd + ' \u00b7 ' + (e.t.length) +
       ' moves' + (e.first ? ' \u00b7 ' + e.first + ' opens' : '') + ' \u00b7 episode ' + e.k));
+    viewer.appendChild(privateViews(e, policy, counterpart));
     var turns = el('div', 'turns');
     e.t.forEach(function (t) {
       var mine = t[0] === e.r;

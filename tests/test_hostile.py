@@ -271,7 +271,7 @@ for spec, fragment in [
     ("python:hostile:factory_zero_division", "ZeroDivisionError"), ("python:hostile:factory_key_error", "KeyError"),
     ("python:hostile:factory_os_error", "FileNotFoundError"), ("python:hostile:factory_recursion", "RecursionError"),
     ("python:hostile:factory_empty_message", "raised Exception while building"),
-    ("python:plugins:Slow?nope=1", "bad parameters"), ("python:plugins:Slow?name=nope", "unknown scripted agent"),
+    ("python:plugins:Slow?nope=1", "unknown parameter 'nope' for python:plugins:Slow?nope=1; valid parameters: name: str = 'boulware', delay: float = 0.01"), ("python:plugins:Slow?name=nope", "unknown scripted agent"),
     ("openai:gpt@ftp://x", "malformed spec"), ("openai:@http://127.0.0.1:9/v1", "malformed"),
     ("openai:gpt@http://127.0.0.1:9/v1?key_env=IBRL_TEST_UNSET_KEY", "IBRL_TEST_UNSET_KEY, which is not set"),
     ("openai:gpt@http://127.0.0.1:9/v1?key_env=none&temperature=-1", "bad parameter temperature"),

@@ -144,7 +144,9 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
         # A resumed folder is named at once; a new one with its first episode, since a run that
         # stops before any (a rejected key) leaves no folder behind.
         if not announced and p.resumed:
-            err_console.print(f"resuming {out}: {p.resumed} of {p.total} episodes already done", highlight=False)
+            grew = "; ".join(f"+{len(v)} {k}" for k, v in runner.store.added.items())
+            doing = f"growing {out} ({grew})" if grew else f"resuming {out}"
+            err_console.print(f"{doing}: {p.resumed} of {p.total} episodes already done", highlight=False)
             announced = True
         elif not announced and p.done + p.errors:
             err_console.print(f"run folder: {out}", highlight=False)

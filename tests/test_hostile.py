@@ -237,10 +237,14 @@ case("crossplay counterpart panel of another domain", [*X, "--policy", FAIR, "--
 # Run folders that cannot be one.
 for out, fragment in [("afile", "is a file"), ("afile/sub", "cannot create the run folder"),
                       ("/proc/xyz", "cannot create the run folder"), ("/dev/null/x", "cannot create the run folder"),
-                      ("notrun", "not empty"), ("run", "different configuration"),
+                      ("notrun", "not empty"),
                       ("run_epdir", "is not a file"), ("run_badmanifest", "not a valid run manifest"),
                       ("run_notmanifest", "not a valid run manifest")]:
     case(f"crossplay --out {out}", [*XP, "--out", out], fragment)
+# A run folder grows by seats, never by scenarios, seeds or turn limit.
+for option, value in [("--scenarios", "3"), ("--seeds", "2"), ("--max-turns", "6")]:
+    case(f"crossplay --out run {option} {value}", [*XP, "--out", "run", option, value],
+         "different configuration")
 
 # Context files.
 for path, fragment in [("bin.txt", "not a text context file"), ("missing.txt", "cannot read context file"),

@@ -120,12 +120,50 @@ def test_resume_retries_only_error_episodes(tmp_path):
 
 def test_a_folder_with_another_configuration_is_refused(tmp_path):
     run(tmp_path)
-    with pytest.raises(UserError, match=r"different configuration \(policies"):
-        run(tmp_path, policies=[HARDLINER])
-    with pytest.raises(UserError, match=r"different configuration \(n_scenarios: 6 there, 7 now"):
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    with pytest.raises(UserError, match=r"different configuration \(n_scenarios: 6 there, 7 now.*can only gain"):
         run(tmp_path, scenarios=7)
+    with pytest.raises(UserError, match=r"different configuration \(seeds: \[0\] there, \[0, 1\] now"):
+        run(tmp_path, seeds=2, policies=[HARDLINER])
+    with pytest.raises(UserError, match=r"different configuration \(max_turns"):
+        run(tmp_path, max_turns=4)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before  # refused: nothing written
     # Settings that do not change the episodes do not block a resume.
     run(tmp_path, concurrency=3, retries=5)
+
+
+def test_a_run_grows_by_policies_counterparts_and_roles_and_keeps_every_finished_episode(tmp_path):
+    first, _ = run(tmp_path, roles=["a"])
+    log = first.store.episodes_path
+    played = log.read_bytes()
+    grown, progress = run(tmp_path, policies=[HARDLINER], counterparts=[CONCEDER, BOULWARE], roles=["b"])
+    # The matrix is the union, old seats first: 2 policies x 2 counterparts x 2 roles x 6 scenarios.
+    identity = grown.manifest().identity
+    assert identity["policies"] == [BOULWARE, HARDLINER] and identity["counterparts"] == [CONCEDER, BOULWARE]
+    assert identity["roles"] == ["a", "b"]
+    assert (progress.total, progress.resumed, progress.done) == (48, 6, 48)
+    assert log.read_bytes()[: len(played)] == played  # the episodes of the first run, byte for byte
+    records = grown.store.records()
+    assert len(records) == 48 == len({r.key for r in records})  # none played twice
+    manifest = grown.store.read_manifest()
+    assert manifest.created_at == first.store.read_manifest().created_at
+    assert manifest.extended[-1]["added"] == {"policies": [HARDLINER], "counterparts": [BOULWARE], "roles": ["b"]}
+    # Each episode is the one a single run of the whole matrix plays: same keys, same games.
+    whole, _ = run(tmp_path, "whole", policies=[BOULWARE, HARDLINER], counterparts=[CONCEDER, BOULWARE])
+    strip = lambda rs: sorted(json.dumps(r.model_dump(exclude={"finished_at", "duration_s"}), sort_keys=True)  # noqa: E731
+                              for r in rs)
+    assert strip(records) == strip(whole.store.records())
+    # A command naming only some of the seats resumes the whole matrix: here, nothing is left.
+    _, again = run(tmp_path, policies=[BOULWARE])
+    assert again.resumed == again.done == 48
+
+
+def test_a_growth_that_plays_nothing_leaves_the_manifest_as_it_was(tmp_path):
+    first, _ = run(tmp_path)
+    manifest = first.store.manifest_path.read_bytes()
+    with pytest.raises(FatalAgentError):
+        run(tmp_path, policies=["python:plugins:BadKey"])
+    assert first.store.manifest_path.read_bytes() == manifest
 
 
 def test_a_torn_last_line_is_dropped_and_that_episode_runs_again(tmp_path):

@@ -93,8 +93,26 @@ class Progress:
     resumed: int = 0  # done before this run started
 
 
+def grown(config: CrossplayConfig, out: str | Path) -> CrossplayConfig:
+    """The configuration of the matrix a run folder will hold: the seats it has already, then this
+    command's new ones. Rerunning with fewer seats resumes the whole matrix; with more, it grows."""
+    store = RunStore(out)
+    if not store.manifest_path.is_file():
+        return config
+    old = store.read_manifest().identity
+    if old.get("domain") != config.domain:
+        return config  # refused by the store's identity check, with the difference named
+    merge = lambda before, now: [*before, *(x for x in now if x not in before)]  # noqa: E731
+    return config.model_copy(update={
+        "policies": merge(old.get("policies", []), config.policies),
+        "counterparts": merge(old.get("counterparts", []), config.counterparts),
+        "roles": merge(old.get("roles", []), config.roles or list(get_domain(config.domain).roles)),
+    })
+
+
 class Crossplay:
     def __init__(self, config: CrossplayConfig, out: str | Path):
+        config = grown(config, out)
         self.config = config
         self.domain: Domain = get_domain(config.domain)
         for spec in [*config.policies, *config.counterparts]:

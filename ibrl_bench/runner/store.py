@@ -79,15 +79,42 @@ class Manifest(BaseModel):
     config: dict[str, Any]  # the whole configuration, for the record
     agents: dict[str, dict[str, Any]] = {}  # spec -> the card (id, hash, resolved spec) behind it
     prompt: dict[str, str] = {}  # the domain's prompt version and hash
+    extended: list[dict[str, Any]] = []  # each growth of the matrix: when, and the seats it added
 
     @property
     def identity_hash(self) -> str:
         return content_hash(self.identity)
 
 
+# What a run folder may gain without any finished episode changing meaning: more policies,
+# counterparts and roles of the policy. An episode's key names its own seats, scenario and seed, not
+# its place in these lists, so the episodes already played are exactly those of the larger matrix.
+GROWABLE = ("policies", "counterparts", "roles")
+
+
+def _grows(key: str, before: Any, after: Any) -> bool:
+    """Whether identity field `key` going from `before` to `after` keeps the finished episodes valid."""
+    if key in GROWABLE:
+        return isinstance(after, list) and after[: len(before or [])] == (before or [])
+    if key == "cards":  # a card already pinned must keep its hash; new seats may bring new cards
+        return all((after or {}).get(spec) == h for spec, h in (before or {}).items())
+    if key == "prompt":  # the first model seat brings the prompt; a changed prompt is another run
+        return before is None or before == after
+    return before == after
+
+
+def growth(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list] | None:
+    """The seats identity `new` adds to `old`, or None when `new` is not `old` grown (a changed
+    scenario set, seeds, turn limit, card or prompt)."""
+    keys = sorted(set(old) | set(new))
+    if not all(_grows(k, old.get(k), new.get(k)) for k in keys):
+        return None
+    return {k: new[k][len(old.get(k) or []):] for k in GROWABLE if len(new.get(k) or []) > len(old.get(k) or [])}
+
+
 def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
+        if not _grows(key, old.get(key), new.get(key)):
             return f"{key}: {old.get(key)!r} there, {new.get(key)!r} now"
     return "unknown difference"
 
@@ -102,6 +129,8 @@ class RunStore:
         self._fresh = False  # `open` started this run folder (wrote its manifest)
         self._created: Path | None = None  # the outermost folder `open` created for it
         self._appended = 0  # episodes recorded since `open`
+        self._before_growth: bytes | None = None  # the manifest before `open` grew the matrix
+        self.added: dict[str, list] = {}  # the seats `open` added to the folder's matrix
 
     # -- opening ---------------------------------------------------------------------------
     def open(self, manifest: Manifest) -> set[str]:
@@ -112,12 +141,16 @@ class RunStore:
             raise UserError(f"{self.episodes_path} is not a file; move it away, or give another --out")
         if self.manifest_path.exists():
             old = self.read_manifest()
-            if old.identity != manifest.identity:
+            added = growth(old.identity, manifest.identity)
+            if added is None:
                 raise UserError(
                     f"--out {self.folder} holds a run of a different configuration "
-                    f"({_first_difference(old.identity, manifest.identity)}); "
-                    "use another --out, or delete that folder to start over"
+                    f"({_first_difference(old.identity, manifest.identity)}); it can only gain policies, "
+                    "counterparts or roles: use another --out, or delete that folder to start over"
                 )
+            if added:
+                self._grow(old, manifest, added)
+                self.added = added
         else:
             if self.folder.exists() and any(self.folder.iterdir()):
                 raise UserError(
@@ -145,11 +178,24 @@ class RunStore:
                             "give a folder you can write to") from None
         return done
 
+    def _grow(self, old: Manifest, new: Manifest, added: dict[str, list]) -> None:
+        """Write the manifest of the larger matrix, keeping the folder's history; put back by
+        `discard_if_unused` if the run stops before it records an episode."""
+        self._before_growth = self.manifest_path.read_bytes()
+        grown = new.model_copy(update={
+            "created_at": old.created_at,
+            "extended": [*old.extended, {"at": now_iso(), "harness_version": new.harness_version, "added": added}],
+        })
+        _atomic_write(self.manifest_path, grown.model_dump_json(indent=2))
+
     def discard_if_unused(self) -> None:
         """Remove the folders `open` created when no episode was recorded in them: a run stopped
         before its first episode (a rejected key, a broken agent) leaves nothing behind."""
         fresh, created = self._fresh, self._created
         self._fresh, self._created = False, None
+        before, self._before_growth = self._before_growth, None
+        if before is not None and not self._appended:  # a growth that played nothing is undone
+            self.manifest_path.write_bytes(before)
         if not fresh or self._appended:
             return
         self.close()

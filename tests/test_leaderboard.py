@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from ibrl_bench.agents.cards import load_card
 from ibrl_bench.domains import get_domain
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.board import Entry, build_board, rank_entries, render_md, write_board
+from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.files import BundleRefused
+from ibrl_bench.leaderboard.scoring import SCORING_VERSION
 from ibrl_bench.leaderboard.submit import default_run_folder, make_bundle, suite_config
 from ibrl_bench.leaderboard.track import Track, check_pins, current_pins, load_track
 from ibrl_bench.leaderboard.verify import verify_bundle
@@ -31,11 +35,12 @@ CARD = {"version": 1, "id": "tough", "description": "the hardliner, as a pinned 
 
 
 def write_track(root: Path, version: int = 1, n: int = 4) -> Track:
-    """A small offline track: a scripted counterpart and a card (of a scripted agent), 4 scenarios."""
+    """A small offline track: a scripted counterpart and a card (of a scripted agent), 4 scenarios,
+    ranked on the policy's points as the Deal-or-NoDeal tracks are."""
     draft = Track(version=version, domain="dealnodeal", name="tiny", kind="offline", split="test",
                   scenarios={"version": "-", "n": n, "hash": "-"},
                   panel=[{"spec": "scripted:dealnodeal/random"}, {"spec": "card:tough"}],
-                  roles=["a", "b"], max_turns=10, metrics=["success_at_1", "policy_score"], min_episodes_per_cell=n)
+                  roles=["a", "b"], max_turns=10, metrics=["policy_score", "agreement"], min_episodes_per_cell=n)
     pins = current_pins(draft)
     track = draft.model_copy(update={
         "scenarios": draft.scenarios.model_copy(update=pins["scenarios"]),
@@ -48,15 +53,32 @@ def write_track(root: Path, version: int = 1, n: int = 4) -> Track:
     return track
 
 
+def _point_env(tmp: Path, mp: pytest.MonkeyPatch) -> None:
+    mp.setenv("IBRL_BENCH_COUNTERPARTS", str(tmp / "counterparts"))
+    mp.setenv("IBRL_BENCH_LEADERBOARDS", str(tmp / "leaderboards"))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """One submitted bundle of the tiny track per module (the track, its card and the bundle);
+    tests get a copy, so that an attack on one never reaches another and no test reruns a suite."""
+    tmp = tmp_path_factory.mktemp("pristine")
+    (tmp / "counterparts").mkdir()
+    (tmp / "counterparts" / "tough.yaml").write_text(yaml.safe_dump(CARD))
+    with pytest.MonkeyPatch.context() as mp:
+        _point_env(tmp, mp)
+        write_track(tmp / "leaderboards")
+        submit(tmp)
+    return tmp
+
+
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(tmp_path, monkeypatch, pristine):
     """A leaderboards root with the tiny track, and a counterparts folder with its card."""
-    root, cards = tmp_path / "leaderboards", tmp_path / "counterparts"
-    cards.mkdir()
-    (cards / "tough.yaml").write_text(yaml.safe_dump(CARD))
-    monkeypatch.setenv("IBRL_BENCH_COUNTERPARTS", str(cards))
-    monkeypatch.setenv("IBRL_BENCH_LEADERBOARDS", str(root))
-    write_track(root)
+    for name in ("counterparts", "leaderboards"):
+        shutil.copytree(pristine / name, tmp_path / name)
+    shutil.rmtree(tmp_path / "leaderboards" / "dealnodeal" / "tiny" / "submissions")
+    _point_env(tmp_path, monkeypatch)
     return tmp_path
 
 
@@ -69,13 +91,19 @@ def submit(tmp: Path, name: str = "Boulware", policy: str = POLICY, train: str |
     out = tmp / f"run-{n}"
     asyncio.run(Crossplay(config, out).run())
     bundle = tmp / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / f"{name.lower()}-{n}"
+    while bundle.exists():  # beside a bundle copied from the pristine one
+        bundle = bundle.with_name(bundle.name + "x")
     make_bundle(track, RunStore(out), bundle, policy=policy, name=name, org="tests", train_counterpart=train)
     return bundle
 
 
 @pytest.fixture
-def bundle(env) -> Path:
-    return submit(env)
+def bundle(env, pristine) -> Path:
+    """A copy of the pristine bundle, under the copied track's submissions/."""
+    (src,) = (pristine / "leaderboards" / "dealnodeal" / "tiny" / "submissions").iterdir()
+    dst = env / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / src.name
+    shutil.copytree(src, dst)
+    return dst
 
 
 def episodes(bundle: Path) -> list[dict]:
@@ -110,7 +138,7 @@ def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
     sub = verdict.submission
     assert sub.track.id == "dealnodeal/tiny" and sub.model["kind"] == "scripted"
     assert sub.counts.cells == 4 and sub.earlier_submissions == 0
-    assert set(sub.scores.metrics) == {"success_at_1", "policy_score"}
+    assert set(sub.scores.metrics) == {"policy_score", "agreement"} and sub.scoring == SCORING_VERSION
     assert "one attempt per scenario" in (bundle / files.README).read_text()
     # Every episode records the hash of the card it faced.
     tough = load_card("tough").hash
@@ -121,7 +149,8 @@ def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
     assert [e.name for e in board.entries] == ["Boulware"] and not board.rejected
     (entry,) = board.entries
     assert entry.rank == 1 and entry.submissions == 1
-    assert entry.estimate == sub.scores.metrics["success_at_1"].overall
+    assert entry.estimate == sub.scores.metrics["policy_score"].overall
+    assert entry.metrics["agreement"] == sub.scores.metrics["agreement"]
     assert set(entry.per_counterpart) == {"scripted:dealnodeal/random", "card:tough"}
     md, js = write_board(board, track)
     assert json.loads(js.read_text())["entries"][0]["name"] == "Boulware"
@@ -217,7 +246,7 @@ def test_a_dropped_episode_is_caught(bundle):
 
 def test_a_duplicated_episode_is_caught(bundle):
     records = episodes(bundle)
-    rewrite(bundle, records + [records[0]])
+    rewrite(bundle, [records[0], *records[:-1]])  # as many lines as planned, one game twice
     assert any("one attempt per scenario and seed" in p for p in problems(bundle))
 
 
@@ -272,11 +301,11 @@ def test_a_bundle_from_an_older_track_version_is_caught(bundle, env):
 
 def test_a_restated_metric_is_caught(bundle):
     sub = json.loads((bundle / files.SUBMISSION).read_text())
-    overall = sub["scores"]["metrics"]["success_at_1"]["overall"]
+    overall = sub["scores"]["metrics"]["agreement"]["overall"]
     overall["estimate"] = min(1.0, overall["estimate"] + 0.1)
     (bundle / files.SUBMISSION).write_text(json.dumps(sub))
     found = problems(bundle)
-    assert any(p.startswith("metric success_at_1 overall: submission.json states") for p in found), found
+    assert any(p.startswith("metric agreement overall: submission.json states") for p in found), found
 
 
 def test_a_track_whose_card_changed_cannot_be_played(env):
@@ -331,7 +360,8 @@ def test_a_hostile_bundle_is_refused_in_one_line_and_nothing_is_written(bundle, 
     assert str(env) not in board.rejected[0].reason  # no absolute path of the machine that built it
     write_board(board, track)
     assert set(tree(env)) - set(before) == {"leaderboards/dealnodeal/tiny/board.json",
-                                           "leaderboards/dealnodeal/tiny/board.md"}
+                                           "leaderboards/dealnodeal/tiny/board.md",
+                                           "leaderboards/dealnodeal/tiny/ledger.json"}
 
 
 def test_a_hard_link_is_refused(bundle, env):
@@ -343,9 +373,33 @@ def test_a_hard_link_is_refused(bundle, env):
         verify_bundle(bundle)
 
 
-def test_a_training_counterpart_from_the_panel_is_refused(env):
-    with pytest.raises(Exception, match="is in the track's held-out panel"):
-        suite_config(load_track("dealnodeal/tiny"), POLICY, "card:tough", concurrency=1)
+@pytest.mark.parametrize("policy, train, member", [
+    ("scripted:dealnodeal/random", None, "scripted:dealnodeal/random"),
+    ("scripted:dealnodeal/random?greed=2", None, "scripted:dealnodeal/random"),  # a variant is the agent
+    ("card:tough", None, "card:tough"),
+    ("scripted:dealnodeal/hardliner", None, "card:tough"),  # the agent behind the card
+    (POLICY, "card:tough", "card:tough"),
+    (POLICY, "scripted:dealnodeal/hardliner?accept=8", "card:tough"),
+])
+def test_a_panel_member_as_policy_or_training_counterpart_is_refused_at_submit(env, policy, train, member):
+    with pytest.raises(UserError, match=f"is the track's panel member {re.escape(member)}") as e:
+        suite_config(load_track("dealnodeal/tiny"), policy, train, concurrency=1)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("policy", "scripted:dealnodeal/random", "the policy scripted:dealnodeal/random is the track's panel member "
+                                             "scripted:dealnodeal/random"),
+    ("train_counterpart", "scripted:dealnodeal/hardliner", "the declared training counterpart "
+                                                           "scripted:dealnodeal/hardliner is the track's panel member card:tough"),
+    ("model", {"kind": "hf", "weights_sha256": "0" * 64}, "kind 'hf' does not fit the policy"),
+])
+def test_a_bundle_naming_a_panel_member_or_a_foreign_identity_is_rejected_in_one_line(bundle, field, value, message):
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub[field] = value
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+    (only,) = problems(bundle)
+    assert message in only
 
 
 def test_a_gzip_that_inflates_past_its_cap_is_refused(bundle, monkeypatch):
@@ -389,7 +443,8 @@ def test_the_shipped_boards_are_built_from_reference_bundles_that_verify(monkeyp
 def _entry(name: str, low: float, est: float, high: float) -> Entry:
     iv = Interval(estimate=est, low=low, high=high, method="test", confidence=0.95, n=10, n_clusters=10)
     return Entry(rank=None, name=name, org=None, policy=f"scripted:dealnodeal/{name}", model={}, estimate=iv,
-                 per_counterpart={}, submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
+                 per_counterpart={}, first_seen="2026-12-01T00:00:00+00:00",
+                 submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
 
 
 def test_ranks_follow_the_rule_on_a_constructed_board():
@@ -403,7 +458,9 @@ def test_the_board_markdown_has_a_column_per_counterpart(bundle):
     track = load_track("dealnodeal/tiny")
     md = render_md(build_board(track), track)
     header = next(line for line in md.splitlines() if line.startswith("| rank"))
-    assert "random" in header and "card:tough" in header and "mismatch" in header and "submitted" in header
+    assert "random" in header and "card:tough" in header and "mismatch" in header and "first seen" in header
+    assert "policy score" in header and "agreement (%)" in header  # every metric, the ranked one first
+    assert "### agreement (%) per counterpart" in md
 
 
 # ------------------------------------------------------------------------------ tracks

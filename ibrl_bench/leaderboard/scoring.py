@@ -20,6 +20,10 @@ from ibrl_bench.stats.matrix import episodes_frame
 from ibrl_bench.stats.mismatch import mismatch
 from ibrl_bench.stats.ranking import uniform_means
 
+# The version of how an entry's numbers are computed from its episodes. Bundles state their numbers
+# and the verifier recomputes them: a change here (another interval method, resampling, seed)
+# bumps it, and bundles scored under another version are re-scored (`ibrl-bench leaderboard rescore`).
+SCORING_VERSION = 1
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 0  # fixed, so that the verifier recomputes the very same intervals
@@ -36,6 +40,8 @@ class EntryScores(BaseModel):
 
 
 def _uniform_mean(frame, metric: str) -> Interval:
+    """The one call into the interval engine for a board's columns: the uniform mean over the
+    frame's cells (counterpart x role) with its scenario-clustered interval."""
     try:
         (only,) = uniform_means(frame, metric=metric, confidence=CONFIDENCE, n_resamples=N_RESAMPLES,
                                 seed=SEED).values()

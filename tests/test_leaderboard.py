@@ -484,3 +484,150 @@ def test_a_malformed_track_is_one_clear_line(env):
         load_track("dealnodeal/tiny")
     proc = ibrl("submit", "--track", "dealnodeal/nope", "--policy", POLICY, "--name", "x", cwd=env)
     assert_one_line_error(proc, "unknown track 'dealnodeal/nope'", "dealnodeal/tiny")
+
+
+# ------------------------------------------------------------------------------ bounded reading
+
+MB = 2**20
+
+
+def _set_episodes_bytes(bundle: Path, raw: bytes) -> None:
+    """Episodes replaced by `raw` (already gzipped), with the checksum updated, as a forger would."""
+    (bundle / files.EPISODES).write_bytes(raw)
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub["files"]["episodes"]["sha256"] = files.sha256(bundle, files.EPISODES)
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+
+
+def _gz_repeat(piece: bytes, times: int) -> bytes:
+    """gzip of `piece` repeated, compressed as it streams (a bomb is built without holding it)."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join(z.compress(piece) for _ in range(times)) + z.flush()
+
+
+def _nested_submission(bundle: Path) -> None:
+    (bundle / files.SUBMISSION).write_text("[" * 200_000 + "]" * 200_000)
+
+
+def _nested_episode(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, gzip.compress(b"[" * 100_000 + b"]" * 100_000 + b"\n"))
+
+
+def _newline_bomb(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, _gz_repeat(b"\n" * MB, 64))  # 64 MiB of newlines, 65 KB on disk
+
+
+def _long_line_bomb(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, _gz_repeat(b"a" * MB, 64))  # one 64 MiB line
+
+
+def _extra_records(bundle: Path) -> None:
+    line = gzip.decompress((bundle / files.EPISODES).read_bytes()).split(b"\n")[0] + b"\n"
+    _set_episodes_bytes(bundle, _gz_repeat(line, 50_000))  # copies of one valid record
+
+
+def _fat_records(bundle: Path) -> None:
+    # Lines under the line cap, and no more lines than planned, but far more bytes than 16 games take.
+    _set_episodes_bytes(bundle, _gz_repeat(b" " * 900_000 + b"\n", 8))
+
+
+def _big_readme(bundle: Path) -> None:
+    (bundle / files.README).write_text("x" * 70 * 1024)
+
+
+def _not_gzip(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, os.urandom(4096))
+
+
+HOSTILE = [
+    (_nested_submission, "submission.json nests JSON 200,000 levels deep"),
+    (_nested_episode, "episodes.jsonl.gz line 1 nests JSON 100,000 levels deep"),
+    (_newline_bomb, "holds more than 16 lines, the track's planned episodes"),
+    (_long_line_bomb, "episodes.jsonl.gz line 1 is over 1,048,576 bytes"),
+    (_extra_records, "holds more than 16 lines, the track's planned episodes"),
+    (_fat_records, "inflates to more than 1,048,576 bytes"),
+    (_big_readme, "README.md is 71,680 bytes, over the 65,536-byte cap"),
+    (_not_gzip, "is not a valid gzip file"),
+]
+
+
+@pytest.mark.parametrize("attack, message", HOSTILE, ids=[a.__name__.strip("_") for a, _ in HOSTILE])
+def test_a_hostile_bundle_stops_early_in_bounded_memory_with_one_line(bundle, attack, message):
+    """Each is refused before the rest is read; tracemalloc's peak is what Python allocated while
+    verifying (benchmarks/verify_hostile.py measures the process's peak RSS and time)."""
+    import tracemalloc
+
+    attack(bundle)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleRefused) as refused:
+            verify_bundle(bundle)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    reason = str(refused.value)
+    assert message in reason and "\n" not in reason, reason
+    assert peak < 300 * MB, f"{peak / MB:.0f} MB"
+
+
+def test_hostile_bundles_beside_a_good_one_never_break_the_build(bundle, env):
+    submissions = bundle.parent
+    for attack, _ in HOSTILE:
+        copy = submissions / f"z{attack.__name__}"
+        shutil.copytree(bundle, copy)
+        attack(copy)
+    board = build_board(load_track("dealnodeal/tiny"))
+    assert [e.bundle for e in board.entries] == [bundle.name]
+    reasons = {r.bundle: r.reason for r in board.rejected}
+    for attack, message in HOSTILE:
+        assert message in reasons[f"z{attack.__name__}"]
+
+
+# ------------------------------------------------------------------------------ ranking and clock
+
+def test_a_pushover_cannot_top_a_board_ranked_on_points(bundle, env):
+    """The pushover gives the whole pool away: it agrees more often than boulware and scores 0."""
+    submit(env, name="Pushover", policy="scripted:dealnodeal/pushover")
+    board = build_board(load_track("dealnodeal/tiny"))
+    by_name = {e.name: e for e in board.entries}
+    push, boulware = by_name["Pushover"], by_name["Boulware"]
+    assert push.metrics["agreement"].overall.estimate > boulware.metrics["agreement"].overall.estimate
+    assert push.estimate.estimate == 0 and boulware.estimate.estimate > 0
+    assert [e.name for e in board.entries] == ["Boulware", "Pushover"] and push.rank > boulware.rank
+
+
+def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, env, monkeypatch):
+    import ibrl_bench.leaderboard.board as board_module
+
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub["submitted_at"] = "2099-01-01T00:00:00+00:00"  # claims to be the newest forever
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+    track = load_track("dealnodeal/tiny")
+    monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T10:00:00+00:00")
+    write_board(build_board(track), track)
+    ledger = json.loads((env / "leaderboards" / "dealnodeal" / "tiny" / "ledger.json").read_text())
+    assert [(e["bundle"], e["first_seen"]) for e in ledger["bundles"].values()] == \
+        [(bundle.name, "2026-12-03T10:00:00+00:00")]
+    later = submit(env, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
+    later = later.rename(later.with_name("a-later-bundle"))  # sorts before the first one by name
+    monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T11:00:00+00:00")
+    board = build_board(track)
+    (entry,) = board.entries
+    assert entry.bundle == later.name and entry.submissions == 2  # the one the board saw last
+    assert entry.first_seen == "2026-12-03T11:00:00+00:00"
+
+
+def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(env):
+    from ibrl_bench.leaderboard.board import constant_column
+
+    track = load_track("dealnodeal/tiny")
+    zero = Interval(estimate=0.0, low=0.0, high=0.0, method="test", confidence=0.95, n=8, n_clusters=4)
+    a, b = _entry("a", 0.5, 0.6, 0.7), _entry("b", 0.1, 0.2, 0.3)
+    a.per_counterpart = {"scripted:dealnodeal/random": a.estimate, "card:tough": zero}
+    b.per_counterpart = {"scripted:dealnodeal/random": b.estimate, "card:tough": zero}
+    assert "counterpart card:tough gives every entry the same policy_score" in constant_column(track, [a, b])
+    b.per_counterpart["card:tough"] = b.estimate
+    assert constant_column(track, [a, b]) is None
+    assert constant_column(track, [a]) is None  # one entry tells nothing yet

@@ -151,9 +151,6 @@ def gz_lines(root: Path, name: str, max_lines: int | None = None) -> Iterator[tu
     try:
         with gzip.open(path, "rb") as f:
             while chunk := f.read(CHUNK):
-                total += len(chunk)
-                if total > cap:
-                    raise BundleRefused(f"refused {root}: {name} inflates to more than {cap:,} bytes")
                 lines = (pending + chunk).split(b"\n")
                 pending = lines.pop()
                 for line in lines:
@@ -163,6 +160,9 @@ def gz_lines(root: Path, name: str, max_lines: int | None = None) -> Iterator[tu
                     yield lineno, line
                 if len(pending) > LINE_CAP:
                     raise BundleRefused(f"refused {root}: {name} line {lineno + 1} is over {LINE_CAP:,} bytes")
+                total += len(chunk)
+                if total > cap:
+                    raise BundleRefused(f"refused {root}: {name} inflates to more than {cap:,} bytes")
     except (OSError, EOFError, zlib.error) as e:
         raise BundleRefused(f"refused {root}: {name} is not a valid gzip file ({e})") from None
     if pending:

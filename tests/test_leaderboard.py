@@ -631,3 +631,74 @@ def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(env):
     b.per_counterpart["card:tough"] = b.estimate
     assert constant_column(track, [a, b]) is None
     assert constant_column(track, [a]) is None  # one entry tells nothing yet
+
+
+# ------------------------------------------------------------------------------ local model seats
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from ibrl_bench.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
+
+
+@pytest.mark.slow
+def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, env, tiny_model):
+    """A greedy hf: policy with a weights checksum verifies by asking the model again; its games
+    swapped for a scripted agent's (keys, scores and checksums all redone) do not."""
+    from ibrl_bench.leaderboard.submit import rescore
+
+    policy = f"hf:{tiny_model}?max_new_tokens=16"
+    honest = submit(env, name="Tiny", policy=policy)
+    verdict = verify_bundle(honest)
+    assert verdict.ok, verdict.problems
+    assert verdict.seats[policy] == "re-asked" and verdict.submission.model["weights_sha256"]
+
+    # The forger keeps the model's identity but plays boulware's games under its name.
+    records = []
+    for r in episodes(bundle):
+        r["policy"], r["agents"][r["policy_role"]] = policy, policy
+        r["key"] = episode_key(policy, r["counterpart"], r["policy_role"], r["scenario_id"], r["seed"])
+        records.append(r)
+    rewrite(honest, records)
+    rescore(honest)
+    found = problems(honest)
+    assert all("the agent says" in p for p in found) and len(found) == len(records), found[:3]
+
+    # Sampled decoding cannot be asked again: the seat is marked, not failed.
+    from ibrl_bench.leaderboard.verify import seat_plan
+
+    assert seat_plan(f"hf:{tiny_model}?temperature=0.7") == (False, "not re-asked: sampled decoding")
+    assert seat_plan("openai:gpt-4.1-mini") == (False, "not re-asked: openai API model")
+
+
+@pytest.mark.slow
+def test_a_model_card_must_pass_the_fidelity_gate_before_a_track_pins_it(env, tiny_model, monkeypatch):
+    from ibrl_bench.leaderboard import fidelity
+
+    card = {"version": 1, "id": "babbler", "backend": "hf", "model": str(tiny_model), "revision": "random weights",
+            "params": {"temperature": 0.0, "max_new_tokens": 16}, "domains": ["dealnodeal"]}
+    (env / "counterparts" / "babbler.yaml").write_text("# a random tiny model\n" + yaml.safe_dump(card))
+    before = load_card("babbler").hash
+    with pytest.raises(UserError, match="card babbler has no fidelity measurement for dealnodeal"):
+        fidelity.check_gate(load_card("babbler"), "dealnodeal")
+
+    monkeypatch.setitem(fidelity.GATES, "dealnodeal", fidelity.GATES["dealnodeal"].model_copy(update={"scenarios": 3}))
+    result = fidelity.measure(load_card("babbler"), "dealnodeal", env / "gate-run", concurrency=6)
+    assert result.episodes == 6 and not result.passed and result.invalid > 0.2  # random weights cannot play
+    fidelity.store(load_card("babbler"), "dealnodeal", result)
+    stored = load_card("babbler")
+    assert stored.fidelity["dealnodeal"]["invalid"] == result.invalid and stored.hash == before
+    assert (env / "counterparts" / "babbler.yaml").read_text().startswith("# a random tiny model\n")
+    with pytest.raises(UserError, match=r"card babbler fails the fidelity gate for dealnodeal \(agreement"):
+        fidelity.check_gate(stored, "dealnodeal")
+    # A track pinning it cannot be played, submitted to or verified.
+    root = env / "leaderboards"
+    path = root / "dealnodeal" / "tiny" / "track.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["panel"].append({"spec": "card:babbler", "card_hash": before})
+    data["prompt"] = current_pins(Track.model_validate(data))["prompt"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="card babbler fails the fidelity gate"):
+        check_pins(load_track("dealnodeal/tiny"))

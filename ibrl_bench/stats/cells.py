@@ -65,7 +65,6 @@ BUILTIN_METRICS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
     "success_at_1": ("rate", lambda d: d["success"]),
     "policy_score": ("mean", lambda d: d["policy_score"]),
     "counterpart_score": ("mean", lambda d: d["counterpart_score"]),
-    "joint_score": ("mean", lambda d: d["policy_score"] + d["counterpart_score"]),
     "invalid": ("rate", lambda d: d["status"] == "invalid"),
     "policy_invalid": ("rate", lambda d: d["policy_violated"]),
     "max_turns": ("rate", lambda d: d["status"] == "max_turns"),

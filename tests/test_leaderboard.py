@@ -709,3 +709,17 @@ def test_a_model_card_must_pass_the_fidelity_gate_before_a_track_pins_it(env, ti
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(UserError, match="card babbler fails the fidelity gate"):
         check_pins(load_track("dealnodeal/tiny"))
+
+
+def test_a_bundle_scored_under_another_version_is_rejected_until_rescored(bundle, monkeypatch):
+    import ibrl_bench.leaderboard.scoring as scoring
+    import ibrl_bench.leaderboard.verify as verify
+    from ibrl_bench.leaderboard.submit import rescore
+
+    episodes_before = (bundle / files.EPISODES).read_bytes()
+    monkeypatch.setattr(verify, "SCORING_VERSION", SCORING_VERSION + 1)
+    monkeypatch.setattr(scoring, "SCORING_VERSION", SCORING_VERSION + 1)
+    (only,) = problems(bundle)
+    assert f"scored under scoring version {SCORING_VERSION}" in only and "leaderboard rescore" in only
+    assert rescore(bundle).scoring == SCORING_VERSION + 1
+    assert verify_bundle(bundle).ok and (bundle / files.EPISODES).read_bytes() == episodes_before

@@ -661,6 +661,13 @@ def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, env, t
     verdict = verify_bundle(honest)
     assert verdict.ok, verdict.problems
     assert verdict.seats[policy] == "re-asked" and verdict.submission.model["weights_sha256"]
+    # Where the weights are not here, the seat cannot be asked again: marked, not failed.
+    away = tiny_model.rename(tiny_model.with_name(tiny_model.name + "-away"))
+    try:
+        verdict = verify_bundle(honest)
+    finally:
+        away.rename(tiny_model)
+    assert verdict.ok and verdict.seats[policy] == "not re-asked: the weights are not here"
 
     # The forger keeps the model's identity but plays boulware's games under its name.
     records = []

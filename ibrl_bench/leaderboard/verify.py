@@ -161,18 +161,27 @@ def seat_plan(spec: str, declared: dict[str, str] | None = None) -> tuple[bool, 
     return True, REASKED
 
 
+# The fields a model identity may hold, per kind of policy spec (bundle.model_identity writes them).
+IDENTITY_FIELDS = {
+    "scripted": {"harness_version"}, "card": {"card_hash"}, "python": {"module_sha256"},
+    "hf": {"package", "weights_sha256", "adapter_sha256", "hub_id", "revision"},
+}
+
+
 def identity_problem(sub: Submission) -> str | None:
     """The declared model identity must be of the policy's kind, with that kind's fields, and where
-    it can be computed here (a card, local weights), the same."""
+    it can be computed here (a card, local weights that are here), the same."""
     from ibrl_bench.leaderboard.bundle import model_identity
 
     kind = parse_spec(sub.policy).kind
     if sub.model.get("kind") != kind:
         return (f"model identity: kind {sub.model.get('kind')!r} does not fit the policy {sub.policy} "
                 f"(a {kind} spec)")
+    allowed = IDENTITY_FIELDS.get("hf" if kind == "vllm" else kind, {"model"})
+    extra = sorted(set(sub.model) - allowed - {"kind"})
+    if extra:
+        return f"model identity: fields {extra} do not fit a {kind} policy (it may state {sorted(allowed)})"
     here = model_identity(sub.policy, "")
-    if kind != "python" and set(sub.model) != set(here):
-        return f"model identity: fields {sorted(sub.model)} do not fit a {kind} policy here ({sorted(here)})"
     pinned = kind == "card" or (kind in ("hf", "vllm") and (here.get("weights_sha256") or here.get("package")))
     if pinned and here != sub.model:
         return (f"model identity: the policy's spec gives {here} here, the bundle declares {sub.model}; "

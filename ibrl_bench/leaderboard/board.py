@@ -26,7 +26,7 @@ from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.bundle import TrackRef
 from ibrl_bench.leaderboard.scoring import CONFIDENCE, MetricSummary
 from ibrl_bench.leaderboard.submit import SUBMISSIONS, slug
-from ibrl_bench.leaderboard.track import Track, track_folder
+from ibrl_bench.leaderboard.track import Track, check_pins, track_folder
 from ibrl_bench.leaderboard.verify import REASKED, Verdict, read_submission, verify_bundle
 from ibrl_bench.report.terminal import fmt, short
 from ibrl_bench.runner.store import now_iso
@@ -40,8 +40,13 @@ LABELS = {"success_at_1": "Success@1", "agreement": "agreement", "pareto_optimal
           "policy_score": "policy score", "counterpart_score": "counterpart score", "joint_score": "joint score"}
 
 
-def label(metric: str) -> str:
-    return LABELS.get(metric, metric) + (" (%)" if metric in PERCENT else "")
+# Where a domain's roles give the scores their names.
+DOMAIN_LABELS = {"telesales": {"policy_score": "seller's reward", "counterpart_score": "buyer's reward"}}
+
+
+def label(metric: str, domain: str = "", unit: bool = True) -> str:
+    name = DOMAIN_LABELS.get(domain, {}).get(metric) or LABELS.get(metric, metric)
+    return name + (" (%)" if unit and metric in PERCENT else "")
 
 
 class Entry(BaseModel):
@@ -88,6 +93,8 @@ class Board(BaseModel):
     counterparts: list[str]
     entries: list[Entry]
     rejected: list[Rejected]
+    # Why no bundle can be on this board now (its model cards have not passed the fidelity gate)
+    closed: str | None = None
     built_with: str
     _ledger: Ledger | None = PrivateAttr(default=None)
 
@@ -140,6 +147,11 @@ def constant_column(track: Track, entries: list[Entry]) -> str | None:
 def build_board(track: Track, root: Path | None = None) -> Board:
     folder = track_folder(track.id, root) / SUBMISSIONS
     ledger = read_ledger(track, root)
+    try:
+        check_pins(track)
+        closed = None
+    except UserError as e:  # every bundle is refused with this reason; the board says why it is empty
+        closed = str(e)
     now = now_iso()
     verdicts: list[tuple[str, Verdict, str]] = []
     rejected: list[Rejected] = []
@@ -182,7 +194,8 @@ def build_board(track: Track, root: Path | None = None) -> Board:
         raise UserError(refused)
     board = Board(track=TrackRef(id=track.id, version=track.version, hash=track.hash), metric=track.primary,
                   metrics=track.metrics, confidence=CONFIDENCE, rank_rule=RANK_RULE, counterparts=track.counterparts,
-                  entries=rank_entries(entries), rejected=rejected, built_with=f"ibrl-bench {__version__}")
+                  entries=rank_entries(entries), rejected=rejected, closed=closed,
+                  built_with=f"ibrl-bench {__version__}")
     board._ledger = ledger
     return board
 
@@ -199,7 +212,8 @@ def render_md(board: Board, track: Track) -> str:
     m = board.metric
     others = [x for x in board.metrics if x != m]
     cols = [short(c, track.domain) for c in board.counterparts]
-    head = ["rank", "name", "policy", label(m), *cols, *(label(x) for x in others), "mismatch", "first seen",
+    d = track.domain
+    head = ["rank", "name", "policy", label(m, d), *cols, *(label(x, d) for x in others), "mismatch", "first seen",
             "submissions", "seats not re-asked"]
     lines = [
         f"# {track.id} (version {track.version})",
@@ -207,11 +221,12 @@ def render_md(board: Board, track: Track) -> str:
         *([track.description.strip(), ""] if track.description.strip() else []),
         f"Track hash `{board.track.hash}`; {track.split} split, {track.scenarios.n} scenarios "
         f"({track.scenarios.version}, hash `{track.scenarios.hash}`) x {track.seeds} seed(s) x roles "
-        f"{', '.join(track.roles)}. Ranked on **{LABELS.get(m, m)}** (see leaderboards/README.md). Estimates with "
+        f"{', '.join(track.roles)}. Ranked on **{label(m, d, unit=False)}** (see leaderboards/README.md). Estimates with "
         f"{board.confidence:.0%} scenario-clustered intervals, overall the uniform mean over counterpart x role; "
-        f"rank = {board.rank_rule}. Mismatch: {LABELS.get(m, m)} against the declared training counterpart minus "
+        f"rank = {board.rank_rule}. Mismatch: {label(m, d, unit=False)} against the declared training counterpart minus "
         "the panel. First seen: when the board first saw the bundle (ledger.json), which orders it.",
         "",
+        *([f"**Closed**: {board.closed}", ""] if board.closed else []),
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
     ]
@@ -229,8 +244,8 @@ def render_md(board: Board, track: Track) -> str:
     if not board.entries:
         lines.append("| " + " | ".join("" for _ in head) + " |")
     for x in others if board.entries else []:
-        sub_head = ["name", f"{label(x)} overall", *cols]
-        lines += ["", f"### {label(x)} per counterpart", "", row(sub_head), "|" + "|".join("---" for _ in sub_head) + "|"]
+        sub_head = ["name", f"{label(x, d)} overall", *cols]
+        lines += ["", f"### {label(x, d)} per counterpart", "", row(sub_head), "|" + "|".join("---" for _ in sub_head) + "|"]
         for e in board.entries:
             summary = e.metrics.get(x)
             lines.append(row([e.name, _cell(summary.overall if summary else None, x),
@@ -275,10 +290,12 @@ def board_table(board: Board, track: Track):
 
     m = board.metric
     others = [x for x in board.metrics if x != m]
-    table = Table(title=f"{track.id} v{track.version} · ranked on {label(m)} · rank = {board.rank_rule}",
-                  header_style="bold", box=box.SIMPLE_HEAD, caption=None if board.entries else "no entries yet")
-    for col in ("rank", "name", "policy", label(m), *(short(c, track.domain) for c in board.counterparts),
-                *(label(x) for x in others), "mismatch", "first seen", "n", "not re-asked"):
+    d = track.domain
+    table = Table(title=f"{track.id} v{track.version} · ranked on {label(m, d)} · rank = {board.rank_rule}",
+                  header_style="bold", box=box.SIMPLE_HEAD,
+                  caption=None if board.entries else (f"closed: {board.closed}" if board.closed else "no entries yet"))
+    for col in ("rank", "name", "policy", label(m, d), *(short(c, d) for c in board.counterparts),
+                *(label(x, d) for x in others), "mismatch", "first seen", "n", "not re-asked"):
         table.add_column(col, overflow="fold")
     for e in board.entries:
         table.add_row(str(e.rank) if e.rank is not None else "-", e.name + (f" ({e.org})" if e.org else ""),

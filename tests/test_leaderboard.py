@@ -730,3 +730,8 @@ def test_a_bundle_scored_under_another_version_is_rejected_until_rescored(bundle
     assert f"scored under scoring version {SCORING_VERSION}" in only and "leaderboard rescore" in only
     assert rescore(bundle).scoring == SCORING_VERSION + 1
     assert verify_bundle(bundle).ok and (bundle / files.EPISODES).read_bytes() == episodes_before
+
+
+def test_the_gate_is_for_model_cards(env):
+    proc = ibrl("counterparts", "check", "tough", "--gate", cwd=env)
+    assert_one_line_error(proc, "card tough is a scripted agent", "the fidelity gate is for model counterparts")

@@ -380,8 +380,14 @@ def counterparts_show(name: str) -> None:
 @counterparts.command("check")
 @click.argument("name")
 @click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Domain to check in (default: the card's first).")
-def counterparts_check(name: str, domain: str | None) -> None:
-    """Send one tiny request to a card's counterpart, where its key is set."""
+@click.option("--gate", is_flag=True, help="Run the fidelity gate (games against a scripted opponent on the dev "
+              "split) and store the measured values in the card.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="--gate: episodes in flight.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="--gate: run folder (default runs/fidelity/NAME-DOMAIN); the same command resumes it.")
+def counterparts_check(name: str, domain: str | None, gate: bool, concurrency: int, out: str | None) -> None:
+    """Send one tiny request to a card's counterpart (where its key is set), or with --gate run the
+    fidelity gate a model card must pass before a track may pin it."""
     import os
     import time
 
@@ -393,6 +399,20 @@ def counterparts_check(name: str, domain: str | None) -> None:
     domain = domain or card.domains[0]
     if card.key_env and card.key_env.lower() != "none" and not os.environ.get(card.key_env):
         raise UserError(f"cannot check {name}: ${card.key_env} is not set; export the key to check this counterpart")
+    if gate:
+        from ibrl_bench.leaderboard import fidelity
+
+        if not fidelity.is_model_card(card):
+            raise UserError(f"card {name} is a scripted agent; the fidelity gate is for model counterparts")
+        folder = Path(out) if out else Path("runs") / "fidelity" / f"{name}-{domain}"
+        result = fidelity.measure(card, domain, folder, concurrency=concurrency)
+        path = fidelity.store(card, domain, result)
+        line = (f"the {domain} gate ({result.gate}): {result.rate_metric} {result.rate:.0%}, invalid "
+                f"{result.invalid:.0%} over {result.episodes} episodes; stored in {path}")
+        if not result.passed:
+            raise UserError(f"{name} fails {line}; a track cannot pin it")
+        console.print(f"{name} passes {line}", highlight=False, markup=False)
+        return
     agent = build_agent(f"card:{name}", domain)
     game = get_domain(domain)
     state = game.start(game.scenario_set("dev", 1).scenarios[0], seed=0)
@@ -850,6 +870,8 @@ def leaderboard_verify(bundle: str) -> None:
         console.print(f"verified {bundle}: {s.name}, {verdict.n_episodes} episodes replayed on {verdict.track}; "
                       f"every metric recomputes ({metric} {s.scores.metrics[metric].overall.format(3)})",
                       highlight=False)
+        for spec, note in verdict.seats.items():
+            console.print(f"  seat {spec}: {note}", highlight=False, markup=False)
         return
     for problem in verdict.problems[:20]:
         console.print(f"- {problem}", markup=False, highlight=False)
@@ -873,12 +895,32 @@ def leaderboard_build(track_ref: str | None) -> None:
     """Regenerate board.md and board.json of each track from the bundles that verify."""
     from ibrl_bench.leaderboard.board import build_board, write_board
 
+    refused = []
     for track in _tracks(track_ref):
-        board = build_board(track)
+        try:
+            board = build_board(track)
+        except UserError as e:  # the track as a whole (a constant column): the others still build
+            refused.append(str(e))
+            console.print(f"refused {e}", markup=False, highlight=False, soft_wrap=True)
+            continue
         md, _ = write_board(board, track)
         console.print(f"{md}: {len(board.entries)} entries, {len(board.rejected)} bundles rejected", highlight=False)
         for r in board.rejected:
             console.print(f"  rejected {r.bundle}: {r.reason}", markup=False, highlight=False)
+    if refused:
+        raise UserError(f"{len(refused)} track(s) not built, the first: {refused[0]}")
+
+
+@leaderboard.command("rescore")
+@click.argument("bundle", type=click.Path())
+def leaderboard_rescore(bundle: str) -> None:
+    """Recompute a bundle's numbers from its episodes under this harness's scoring version (after
+    the scoring changed) and rewrite its submission.json and README.md; the episodes are untouched."""
+    from ibrl_bench.leaderboard.submit import rescore
+
+    sub = rescore(Path(bundle))
+    console.print(f"rescored {bundle} under scoring version {sub.scoring}; check it with: "
+                  f"ibrl-bench leaderboard verify {bundle}", highlight=False)
 
 
 @leaderboard.command("show")

@@ -15,7 +15,9 @@ TESTS = Path(__file__).parent
 
 
 def ibrl(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "200"}
+    # The tests' folder (for plugins) before whatever PYTHONPATH already names (a checkout to test).
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "ibrl_bench", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=timeout)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from ibrl_bench.agents.cards import load_card
 from ibrl_bench.domains import get_domain
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.board import Entry, build_board, rank_entries, render_md, write_board
+from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.files import BundleRefused
+from ibrl_bench.leaderboard.scoring import SCORING_VERSION
 from ibrl_bench.leaderboard.submit import default_run_folder, make_bundle, suite_config
 from ibrl_bench.leaderboard.track import Track, check_pins, current_pins, load_track
 from ibrl_bench.leaderboard.verify import verify_bundle
@@ -31,11 +35,12 @@ CARD = {"version": 1, "id": "tough", "description": "the hardliner, as a pinned 
 
 
 def write_track(root: Path, version: int = 1, n: int = 4) -> Track:
-    """A small offline track: a scripted counterpart and a card (of a scripted agent), 4 scenarios."""
+    """A small offline track: a scripted counterpart and a card (of a scripted agent), 4 scenarios,
+    ranked on the policy's points as the Deal-or-NoDeal tracks are."""
     draft = Track(version=version, domain="dealnodeal", name="tiny", kind="offline", split="test",
                   scenarios={"version": "-", "n": n, "hash": "-"},
                   panel=[{"spec": "scripted:dealnodeal/random"}, {"spec": "card:tough"}],
-                  roles=["a", "b"], max_turns=10, metrics=["success_at_1", "policy_score"], min_episodes_per_cell=n)
+                  roles=["a", "b"], max_turns=10, metrics=["policy_score", "agreement"], min_episodes_per_cell=n)
     pins = current_pins(draft)
     track = draft.model_copy(update={
         "scenarios": draft.scenarios.model_copy(update=pins["scenarios"]),
@@ -48,15 +53,32 @@ def write_track(root: Path, version: int = 1, n: int = 4) -> Track:
     return track
 
 
+def _point_env(tmp: Path, mp: pytest.MonkeyPatch) -> None:
+    mp.setenv("IBRL_BENCH_COUNTERPARTS", str(tmp / "counterparts"))
+    mp.setenv("IBRL_BENCH_LEADERBOARDS", str(tmp / "leaderboards"))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """One submitted bundle of the tiny track per module (the track, its card and the bundle);
+    tests get a copy, so that an attack on one never reaches another and no test reruns a suite."""
+    tmp = tmp_path_factory.mktemp("pristine")
+    (tmp / "counterparts").mkdir()
+    (tmp / "counterparts" / "tough.yaml").write_text(yaml.safe_dump(CARD))
+    with pytest.MonkeyPatch.context() as mp:
+        _point_env(tmp, mp)
+        write_track(tmp / "leaderboards")
+        submit(tmp)
+    return tmp
+
+
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(tmp_path, monkeypatch, pristine):
     """A leaderboards root with the tiny track, and a counterparts folder with its card."""
-    root, cards = tmp_path / "leaderboards", tmp_path / "counterparts"
-    cards.mkdir()
-    (cards / "tough.yaml").write_text(yaml.safe_dump(CARD))
-    monkeypatch.setenv("IBRL_BENCH_COUNTERPARTS", str(cards))
-    monkeypatch.setenv("IBRL_BENCH_LEADERBOARDS", str(root))
-    write_track(root)
+    for name in ("counterparts", "leaderboards"):
+        shutil.copytree(pristine / name, tmp_path / name)
+    shutil.rmtree(tmp_path / "leaderboards" / "dealnodeal" / "tiny" / "submissions")
+    _point_env(tmp_path, monkeypatch)
     return tmp_path
 
 
@@ -69,13 +91,19 @@ def submit(tmp: Path, name: str = "Boulware", policy: str = POLICY, train: str |
     out = tmp / f"run-{n}"
     asyncio.run(Crossplay(config, out).run())
     bundle = tmp / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / f"{name.lower()}-{n}"
+    while bundle.exists():  # beside a bundle copied from the pristine one
+        bundle = bundle.with_name(bundle.name + "x")
     make_bundle(track, RunStore(out), bundle, policy=policy, name=name, org="tests", train_counterpart=train)
     return bundle
 
 
 @pytest.fixture
-def bundle(env) -> Path:
-    return submit(env)
+def bundle(env, pristine) -> Path:
+    """A copy of the pristine bundle, under the copied track's submissions/."""
+    (src,) = (pristine / "leaderboards" / "dealnodeal" / "tiny" / "submissions").iterdir()
+    dst = env / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / src.name
+    shutil.copytree(src, dst)
+    return dst
 
 
 def episodes(bundle: Path) -> list[dict]:
@@ -110,7 +138,7 @@ def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
     sub = verdict.submission
     assert sub.track.id == "dealnodeal/tiny" and sub.model["kind"] == "scripted"
     assert sub.counts.cells == 4 and sub.earlier_submissions == 0
-    assert set(sub.scores.metrics) == {"success_at_1", "policy_score"}
+    assert set(sub.scores.metrics) == {"policy_score", "agreement"} and sub.scoring == SCORING_VERSION
     assert "one attempt per scenario" in (bundle / files.README).read_text()
     # Every episode records the hash of the card it faced.
     tough = load_card("tough").hash
@@ -121,7 +149,8 @@ def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
     assert [e.name for e in board.entries] == ["Boulware"] and not board.rejected
     (entry,) = board.entries
     assert entry.rank == 1 and entry.submissions == 1
-    assert entry.estimate == sub.scores.metrics["success_at_1"].overall
+    assert entry.estimate == sub.scores.metrics["policy_score"].overall
+    assert entry.metrics["agreement"] == sub.scores.metrics["agreement"]
     assert set(entry.per_counterpart) == {"scripted:dealnodeal/random", "card:tough"}
     md, js = write_board(board, track)
     assert json.loads(js.read_text())["entries"][0]["name"] == "Boulware"
@@ -217,7 +246,7 @@ def test_a_dropped_episode_is_caught(bundle):
 
 def test_a_duplicated_episode_is_caught(bundle):
     records = episodes(bundle)
-    rewrite(bundle, records + [records[0]])
+    rewrite(bundle, [records[0], *records[:-1]])  # as many lines as planned, one game twice
     assert any("one attempt per scenario and seed" in p for p in problems(bundle))
 
 
@@ -272,11 +301,11 @@ def test_a_bundle_from_an_older_track_version_is_caught(bundle, env):
 
 def test_a_restated_metric_is_caught(bundle):
     sub = json.loads((bundle / files.SUBMISSION).read_text())
-    overall = sub["scores"]["metrics"]["success_at_1"]["overall"]
+    overall = sub["scores"]["metrics"]["agreement"]["overall"]
     overall["estimate"] = min(1.0, overall["estimate"] + 0.1)
     (bundle / files.SUBMISSION).write_text(json.dumps(sub))
     found = problems(bundle)
-    assert any(p.startswith("metric success_at_1 overall: submission.json states") for p in found), found
+    assert any(p.startswith("metric agreement overall: submission.json states") for p in found), found
 
 
 def test_a_track_whose_card_changed_cannot_be_played(env):
@@ -331,7 +360,8 @@ def test_a_hostile_bundle_is_refused_in_one_line_and_nothing_is_written(bundle, 
     assert str(env) not in board.rejected[0].reason  # no absolute path of the machine that built it
     write_board(board, track)
     assert set(tree(env)) - set(before) == {"leaderboards/dealnodeal/tiny/board.json",
-                                           "leaderboards/dealnodeal/tiny/board.md"}
+                                           "leaderboards/dealnodeal/tiny/board.md",
+                                           "leaderboards/dealnodeal/tiny/ledger.json"}
 
 
 def test_a_hard_link_is_refused(bundle, env):
@@ -343,9 +373,33 @@ def test_a_hard_link_is_refused(bundle, env):
         verify_bundle(bundle)
 
 
-def test_a_training_counterpart_from_the_panel_is_refused(env):
-    with pytest.raises(Exception, match="is in the track's held-out panel"):
-        suite_config(load_track("dealnodeal/tiny"), POLICY, "card:tough", concurrency=1)
+@pytest.mark.parametrize("policy, train, member", [
+    ("scripted:dealnodeal/random", None, "scripted:dealnodeal/random"),
+    ("scripted:dealnodeal/random?greed=2", None, "scripted:dealnodeal/random"),  # a variant is the agent
+    ("card:tough", None, "card:tough"),
+    ("scripted:dealnodeal/hardliner", None, "card:tough"),  # the agent behind the card
+    (POLICY, "card:tough", "card:tough"),
+    (POLICY, "scripted:dealnodeal/hardliner?accept=8", "card:tough"),
+])
+def test_a_panel_member_as_policy_or_training_counterpart_is_refused_at_submit(env, policy, train, member):
+    with pytest.raises(UserError, match=f"is the track's panel member {re.escape(member)}") as e:
+        suite_config(load_track("dealnodeal/tiny"), policy, train, concurrency=1)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("policy", "scripted:dealnodeal/random", "the policy scripted:dealnodeal/random is the track's panel member "
+                                             "scripted:dealnodeal/random"),
+    ("train_counterpart", "scripted:dealnodeal/hardliner", "the declared training counterpart "
+                                                           "scripted:dealnodeal/hardliner is the track's panel member card:tough"),
+    ("model", {"kind": "hf", "weights_sha256": "0" * 64}, "kind 'hf' does not fit the policy"),
+])
+def test_a_bundle_naming_a_panel_member_or_a_foreign_identity_is_rejected_in_one_line(bundle, field, value, message):
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub[field] = value
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+    (only,) = problems(bundle)
+    assert message in only
 
 
 def test_a_gzip_that_inflates_past_its_cap_is_refused(bundle, monkeypatch):
@@ -375,21 +429,29 @@ def test_the_shipped_boards_are_built_from_reference_bundles_that_verify(monkeyp
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)
     seeded = 0
-    for track_id in ("dealnodeal/offline", "dealnodeal/offline-scripted", "telesales/offline"):
+    for track_id in ("dealnodeal/offline", "telesales/offline"):
         track = load_track(track_id)
         board = build_board(track)
         assert not board.rejected, board.rejected
         assert all(e.org == "ibrl-bench reference" for e in board.entries)
+        assert all(not e.not_reasked for e in board.entries)  # every seat of every entry was asked again
         committed = (repo / "leaderboards" / track_id / "board.json").read_text()
-        assert board.model_dump_json(indent=2) + "\n" == committed
+        assert board.model_dump_json(indent=2) + "\n" == committed  # with the committed ledger's clock
         seeded += len(board.entries)
+        if track_id == "dealnodeal/offline":
+            # The pushover agrees most and ranks last: the board ranks points, not agreement.
+            last = board.entries[-1]
+            assert last.name == "scripted pushover" and last.rank == max(e.rank for e in board.entries)
+            assert last.metrics["agreement"].overall.estimate == max(
+                e.metrics["agreement"].overall.estimate for e in board.entries)
     assert seeded >= 10
 
 
 def _entry(name: str, low: float, est: float, high: float) -> Entry:
     iv = Interval(estimate=est, low=low, high=high, method="test", confidence=0.95, n=10, n_clusters=10)
     return Entry(rank=None, name=name, org=None, policy=f"scripted:dealnodeal/{name}", model={}, estimate=iv,
-                 per_counterpart={}, submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
+                 per_counterpart={}, first_seen="2026-12-01T00:00:00+00:00",
+                 submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
 
 
 def test_ranks_follow_the_rule_on_a_constructed_board():
@@ -403,7 +465,9 @@ def test_the_board_markdown_has_a_column_per_counterpart(bundle):
     track = load_track("dealnodeal/tiny")
     md = render_md(build_board(track), track)
     header = next(line for line in md.splitlines() if line.startswith("| rank"))
-    assert "random" in header and "card:tough" in header and "mismatch" in header and "submitted" in header
+    assert "random" in header and "card:tough" in header and "mismatch" in header and "first seen" in header
+    assert "policy score" in header and "agreement (%)" in header  # every metric, the ranked one first
+    assert "### agreement (%) per counterpart" in md
 
 
 # ------------------------------------------------------------------------------ tracks
@@ -427,3 +491,247 @@ def test_a_malformed_track_is_one_clear_line(env):
         load_track("dealnodeal/tiny")
     proc = ibrl("submit", "--track", "dealnodeal/nope", "--policy", POLICY, "--name", "x", cwd=env)
     assert_one_line_error(proc, "unknown track 'dealnodeal/nope'", "dealnodeal/tiny")
+
+
+# ------------------------------------------------------------------------------ bounded reading
+
+MB = 2**20
+
+
+def _set_episodes_bytes(bundle: Path, raw: bytes) -> None:
+    """Episodes replaced by `raw` (already gzipped), with the checksum updated, as a forger would."""
+    (bundle / files.EPISODES).write_bytes(raw)
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub["files"]["episodes"]["sha256"] = files.sha256(bundle, files.EPISODES)
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+
+
+def _gz_repeat(piece: bytes, times: int) -> bytes:
+    """gzip of `piece` repeated, compressed as it streams (a bomb is built without holding it)."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join(z.compress(piece) for _ in range(times)) + z.flush()
+
+
+def _nested_submission(bundle: Path) -> None:
+    (bundle / files.SUBMISSION).write_text("[" * 200_000 + "]" * 200_000)
+
+
+def _nested_episode(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, gzip.compress(b"[" * 100_000 + b"]" * 100_000 + b"\n"))
+
+
+def _newline_bomb(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, _gz_repeat(b"\n" * MB, 64))  # 64 MiB of newlines, 65 KB on disk
+
+
+def _long_line_bomb(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, _gz_repeat(b"a" * MB, 64))  # one 64 MiB line
+
+
+def _extra_records(bundle: Path) -> None:
+    line = gzip.decompress((bundle / files.EPISODES).read_bytes()).split(b"\n")[0] + b"\n"
+    _set_episodes_bytes(bundle, _gz_repeat(line, 50_000))  # copies of one valid record
+
+
+def _fat_records(bundle: Path) -> None:
+    # Lines under the line cap, and no more lines than planned, but far more bytes than 16 games take.
+    _set_episodes_bytes(bundle, _gz_repeat(b" " * 900_000 + b"\n", 8))
+
+
+def _big_readme(bundle: Path) -> None:
+    (bundle / files.README).write_text("x" * 70 * 1024)
+
+
+def _not_gzip(bundle: Path) -> None:
+    _set_episodes_bytes(bundle, os.urandom(4096))
+
+
+HOSTILE = [
+    (_nested_submission, "submission.json nests JSON 200,000 levels deep"),
+    (_nested_episode, "episodes.jsonl.gz line 1 nests JSON 100,000 levels deep"),
+    (_newline_bomb, "holds more than 16 lines, the track's planned episodes"),
+    (_long_line_bomb, "episodes.jsonl.gz line 1 is over 1,048,576 bytes"),
+    (_extra_records, "holds more than 16 lines, the track's planned episodes"),
+    (_fat_records, "inflates to more than 1,048,576 bytes"),
+    (_big_readme, "README.md is 71,680 bytes, over the 65,536-byte cap"),
+    (_not_gzip, "is not a valid gzip file"),
+]
+
+
+@pytest.mark.parametrize("attack, message", HOSTILE, ids=[a.__name__.strip("_") for a, _ in HOSTILE])
+def test_a_hostile_bundle_stops_early_in_bounded_memory_with_one_line(bundle, attack, message):
+    """Each is refused before the rest is read; tracemalloc's peak is what Python allocated while
+    verifying (benchmarks/verify_hostile.py measures the process's peak RSS and time)."""
+    import tracemalloc
+
+    attack(bundle)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BundleRefused) as refused:
+            verify_bundle(bundle)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    reason = str(refused.value)
+    assert message in reason and "\n" not in reason, reason
+    assert peak < 300 * MB, f"{peak / MB:.0f} MB"
+
+
+def test_hostile_bundles_beside_a_good_one_never_break_the_build(bundle, env):
+    submissions = bundle.parent
+    for attack, _ in HOSTILE:
+        copy = submissions / f"z{attack.__name__}"
+        shutil.copytree(bundle, copy)
+        attack(copy)
+    board = build_board(load_track("dealnodeal/tiny"))
+    assert [e.bundle for e in board.entries] == [bundle.name]
+    reasons = {r.bundle: r.reason for r in board.rejected}
+    for attack, message in HOSTILE:
+        assert message in reasons[f"z{attack.__name__}"]
+
+
+# ------------------------------------------------------------------------------ ranking and clock
+
+def test_a_pushover_cannot_top_a_board_ranked_on_points(bundle, env):
+    """The pushover gives the whole pool away: it agrees more often than boulware and scores 0."""
+    submit(env, name="Pushover", policy="scripted:dealnodeal/pushover")
+    board = build_board(load_track("dealnodeal/tiny"))
+    by_name = {e.name: e for e in board.entries}
+    push, boulware = by_name["Pushover"], by_name["Boulware"]
+    assert push.metrics["agreement"].overall.estimate > boulware.metrics["agreement"].overall.estimate
+    assert push.estimate.estimate == 0 and boulware.estimate.estimate > 0
+    assert [e.name for e in board.entries] == ["Boulware", "Pushover"] and push.rank > boulware.rank
+
+
+def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, env, monkeypatch):
+    import ibrl_bench.leaderboard.board as board_module
+
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    sub["submitted_at"] = "2099-01-01T00:00:00+00:00"  # claims to be the newest forever
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+    track = load_track("dealnodeal/tiny")
+    monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T10:00:00+00:00")
+    write_board(build_board(track), track)
+    ledger = json.loads((env / "leaderboards" / "dealnodeal" / "tiny" / "ledger.json").read_text())
+    assert [(e["bundle"], e["first_seen"]) for e in ledger["bundles"].values()] == \
+        [(bundle.name, "2026-12-03T10:00:00+00:00")]
+    later = submit(env, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
+    later = later.rename(later.with_name("a-later-bundle"))  # sorts before the first one by name
+    monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T11:00:00+00:00")
+    board = build_board(track)
+    (entry,) = board.entries
+    assert entry.bundle == later.name and entry.submissions == 2  # the one the board saw last
+    assert entry.first_seen == "2026-12-03T11:00:00+00:00"
+
+
+def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(env):
+    from ibrl_bench.leaderboard.board import constant_column
+
+    track = load_track("dealnodeal/tiny")
+    zero = Interval(estimate=0.0, low=0.0, high=0.0, method="test", confidence=0.95, n=8, n_clusters=4)
+    a, b = _entry("a", 0.5, 0.6, 0.7), _entry("b", 0.1, 0.2, 0.3)
+    a.per_counterpart = {"scripted:dealnodeal/random": a.estimate, "card:tough": zero}
+    b.per_counterpart = {"scripted:dealnodeal/random": b.estimate, "card:tough": zero}
+    assert "counterpart card:tough gives every entry the same policy_score" in constant_column(track, [a, b])
+    b.per_counterpart["card:tough"] = b.estimate
+    assert constant_column(track, [a, b]) is None
+    assert constant_column(track, [a]) is None  # one entry tells nothing yet
+
+
+# ------------------------------------------------------------------------------ local model seats
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    pytest.importorskip("torch")
+    from ibrl_bench.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
+
+
+@pytest.mark.slow
+def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, env, tiny_model):
+    """A greedy hf: policy with a weights checksum verifies by asking the model again; its games
+    swapped for a scripted agent's (keys, scores and checksums all redone) do not."""
+    from ibrl_bench.leaderboard.submit import rescore
+
+    policy = f"hf:{tiny_model}?max_new_tokens=16"
+    honest = submit(env, name="Tiny", policy=policy)
+    verdict = verify_bundle(honest)
+    assert verdict.ok, verdict.problems
+    assert verdict.seats[policy] == "re-asked" and verdict.submission.model["weights_sha256"]
+    # Where the weights are not here, the seat cannot be asked again: marked, not failed.
+    away = tiny_model.rename(tiny_model.with_name(tiny_model.name + "-away"))
+    try:
+        verdict = verify_bundle(honest)
+    finally:
+        away.rename(tiny_model)
+    assert verdict.ok and verdict.seats[policy] == "not re-asked: the weights are not here"
+
+    # The forger keeps the model's identity but plays boulware's games under its name.
+    records = []
+    for r in episodes(bundle):
+        r["policy"], r["agents"][r["policy_role"]] = policy, policy
+        r["key"] = episode_key(policy, r["counterpart"], r["policy_role"], r["scenario_id"], r["seed"])
+        records.append(r)
+    rewrite(honest, records)
+    rescore(honest)
+    found = problems(honest)
+    assert all("the agent says" in p for p in found) and len(found) == len(records), found[:3]
+
+    # Sampled decoding cannot be asked again: the seat is marked, not failed.
+    from ibrl_bench.leaderboard.verify import seat_plan
+
+    assert seat_plan(f"hf:{tiny_model}?temperature=0.7") == (False, "not re-asked: sampled decoding")
+    assert seat_plan("openai:gpt-4.1-mini") == (False, "not re-asked: openai API model")
+
+
+@pytest.mark.slow
+def test_a_model_card_must_pass_the_fidelity_gate_before_a_track_pins_it(env, tiny_model, monkeypatch):
+    from ibrl_bench.leaderboard import fidelity
+
+    card = {"version": 1, "id": "babbler", "backend": "hf", "model": str(tiny_model), "revision": "random weights",
+            "params": {"temperature": 0.0, "max_new_tokens": 16}, "domains": ["dealnodeal"]}
+    (env / "counterparts" / "babbler.yaml").write_text("# a random tiny model\n" + yaml.safe_dump(card))
+    before = load_card("babbler").hash
+    with pytest.raises(UserError, match="card babbler has no fidelity measurement for dealnodeal"):
+        fidelity.check_gate(load_card("babbler"), "dealnodeal")
+
+    monkeypatch.setitem(fidelity.GATES, "dealnodeal", fidelity.GATES["dealnodeal"].model_copy(update={"scenarios": 3}))
+    result = fidelity.measure(load_card("babbler"), "dealnodeal", env / "gate-run", concurrency=6)
+    assert result.episodes == 6 and not result.passed and result.invalid > 0.2  # random weights cannot play
+    fidelity.store(load_card("babbler"), "dealnodeal", result)
+    stored = load_card("babbler")
+    assert stored.fidelity["dealnodeal"]["invalid"] == result.invalid and stored.hash == before
+    assert (env / "counterparts" / "babbler.yaml").read_text().startswith("# a random tiny model\n")
+    with pytest.raises(UserError, match=r"card babbler fails the fidelity gate for dealnodeal \(agreement"):
+        fidelity.check_gate(stored, "dealnodeal")
+    # A track pinning it cannot be played, submitted to or verified.
+    root = env / "leaderboards"
+    path = root / "dealnodeal" / "tiny" / "track.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["panel"].append({"spec": "card:babbler", "card_hash": before})
+    data["prompt"] = current_pins(Track.model_validate(data))["prompt"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match="card babbler fails the fidelity gate"):
+        check_pins(load_track("dealnodeal/tiny"))
+
+
+def test_a_bundle_scored_under_another_version_is_rejected_until_rescored(bundle, monkeypatch):
+    import ibrl_bench.leaderboard.scoring as scoring
+    import ibrl_bench.leaderboard.verify as verify
+    from ibrl_bench.leaderboard.submit import rescore
+
+    episodes_before = (bundle / files.EPISODES).read_bytes()
+    monkeypatch.setattr(verify, "SCORING_VERSION", SCORING_VERSION + 1)
+    monkeypatch.setattr(scoring, "SCORING_VERSION", SCORING_VERSION + 1)
+    (only,) = problems(bundle)
+    assert f"scored under scoring version {SCORING_VERSION}" in only and "leaderboard rescore" in only
+    assert rescore(bundle).scoring == SCORING_VERSION + 1
+    assert verify_bundle(bundle).ok and (bundle / files.EPISODES).read_bytes() == episodes_before
+
+
+def test_the_gate_is_for_model_cards(env):
+    proc = ibrl("counterparts", "check", "tough", "--gate", cwd=env)
+    assert_one_line_error(proc, "card tough is a scripted agent", "the fidelity gate is for model counterparts")

@@ -42,6 +42,9 @@ class Card(BaseModel):
     prompt_versions: dict[str, str] = {}  # domain -> the prompt version this card is pinned to
     domains: list[str]
     roles: dict[str, list[str]] = {}  # domain -> roles it may play; a domain not listed: any
+    # domain -> what `ibrl-bench counterparts check NAME --gate` measured (leaderboard/fidelity.py).
+    # A measurement of the card, not part of what it pins: left out of its hash.
+    fidelity: dict[str, dict[str, Any]] = {}
 
     @field_validator("key_env")
     @classmethod
@@ -52,7 +55,7 @@ class Card(BaseModel):
 
     @property
     def hash(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
+        return content_hash(self.model_dump(mode="json", exclude={"fidelity"}))
 
     def spec(self) -> str:
         """The backend spec this card stands for (no key: only the variable's name)."""

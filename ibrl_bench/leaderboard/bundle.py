@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ibrl_bench import __version__
 from ibrl_bench.agents.spec import parse_spec
 from ibrl_bench.leaderboard import files
-from ibrl_bench.leaderboard.scoring import EntryScores
+from ibrl_bench.leaderboard.scoring import SCORING_VERSION, EntryScores
 from ibrl_bench.leaderboard.track import Track
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, now_iso
 from ibrl_bench.secrets import scrub
 
-FORMAT = 1
+FORMAT = 2  # 2: `scoring`, the version of how the numbers were computed
 
 
 class FileEntry(BaseModel):
@@ -69,6 +69,7 @@ class Submission(BaseModel):
     track: TrackRef
     earlier_submissions: int = Field(ge=0)  # bundles under the same name on this track before this one
     counts: Counts
+    scoring: int  # scoring.SCORING_VERSION the numbers were computed under
     scores: EntryScores
     files: dict[str, FileEntry]
 
@@ -187,7 +188,7 @@ def write_bundle(folder: Path, *, track: Track, policy: str, name: str, org: str
         track=TrackRef(id=track.id, version=track.version, hash=track.hash), earlier_submissions=earlier,
         counts=Counts(episodes=len(records), cells=len({(r.counterpart, r.policy_role) for r in records}),
                       scenarios=len({r.scenario_id for r in records}), seeds=len({r.seed for r in records})),
-        scores=scores, files=entries,
+        scoring=SCORING_VERSION, scores=scores, files=entries,
     )
     (folder / files.SUBMISSION).write_text(scrub(sub.model_dump_json(indent=2)))
     (folder / files.README).write_text(readme(sub, track))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import stat
 import zlib
 from collections.abc import Iterator
@@ -24,11 +25,18 @@ SUBMISSION = "submission.json"
 MANIFEST = "manifest.json"
 EPISODES = "episodes.jsonl.gz"
 README = "README.md"
-# The most each file may hold, on disk; and what the episodes may inflate to.
+# The most each file may hold, on disk.
 CAPS = {SUBMISSION: 1 * MiB, MANIFEST: 1 * MiB, README: 64 * 1024, EPISODES: 64 * MiB}
-INFLATED_CAP = 1024 * MiB
-LINE_CAP = 4 * MiB  # one episode record
+# Inflated, the episodes may hold the track's planned episodes and no line more, each line at most
+# LINE_CAP and all of them INFLATED_PER_EPISODE per planned episode on average. Recorded episodes
+# take 2-7 KB (scripted and small models, 10-20 messages); a model writing 256 tokens a message
+# for 20 messages stays under 40 KB. So a bundle is read in bounded memory and time whatever it holds.
+LINE_CAP = 1 * MiB
+INFLATED_PER_EPISODE = 64 * 1024
+INFLATED_CAP = 1024 * MiB  # with no track to size it by
+MAX_DEPTH = 32  # of nested JSON arrays and objects; an episode record needs 6
 CHUNK = 1 * MiB
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 class BundleRefused(UserError):
@@ -55,6 +63,9 @@ def bundle_folder(path: str | Path) -> Path:
         if entry.name not in CAPS:
             raise BundleRefused(f"refused {given}: unexpected file {entry.name!r}; a bundle holds only "
                                 f"{', '.join(CAPS)}")
+        if entry.lstat().st_size > CAPS[entry.name]:
+            raise BundleRefused(f"refused {given}: {entry.name} is {entry.lstat().st_size:,} bytes, over the "
+                                f"{CAPS[entry.name]:,}-byte cap")
     return root
 
 
@@ -83,16 +94,34 @@ def member(root: Path, name: str) -> Path:
     return path
 
 
+def json_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in a JSON text (brackets inside strings not counted),
+    found without parsing, so that a deep text is refused before a parser recurses into it."""
+    import numpy as np
+
+    bare = np.frombuffer(_STRINGS.sub(b'""', data), dtype=np.uint8)
+    step = np.isin(bare, (ord("["), ord("{"))).astype(np.int32) - np.isin(bare, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def parse_json(data: bytes, where: str) -> object:
+    """`data` parsed, refused (with `where` naming it) when deeper than MAX_DEPTH or not JSON."""
+    depth = json_depth(data)
+    if depth > MAX_DEPTH:
+        raise BundleRefused(f"{where} nests JSON {depth:,} levels deep, over the limit of {MAX_DEPTH}")
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise BundleRefused(f"{where} is not valid JSON ({str(e).splitlines()[0]})") from None
+
+
 def read_json(root: Path, name: str) -> object:
     path = member(root, name)
     with open(path, "rb") as f:
         data = f.read(CAPS[name] + 1)  # never past the cap, even if the file grew since its stat
     if len(data) > CAPS[name]:
         raise BundleRefused(f"refused {root}: {name} is over the {CAPS[name]:,}-byte cap")
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BundleRefused(f"refused {root}: {name} is not valid JSON ({str(e).splitlines()[0]})") from None
+    return parse_json(data, f"refused {root}: {name}")
 
 
 def sha256(root: Path, name: str) -> str:
@@ -103,29 +132,42 @@ def sha256(root: Path, name: str) -> str:
     return h.hexdigest()
 
 
-def gz_lines(root: Path, name: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) of a gzipped text file, inflating at most INFLATED_CAP bytes."""
+def gz_lines(root: Path, name: str, max_lines: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a gzipped text file, streamed: it stops, refusing the bundle, as
+    soon as the inflated bytes pass their cap (INFLATED_PER_EPISODE x `max_lines`, or
+    INFLATED_CAP), a line passes LINE_CAP, or the lines (blank ones too) pass `max_lines`."""
     path = member(root, name)
+    cap = min(INFLATED_CAP, INFLATED_PER_EPISODE * max_lines) if max_lines else INFLATED_CAP
     total = 0
     pending = b""
     lineno = 0
+
+    def counted() -> int:
+        if max_lines is not None and lineno + 1 > max_lines:
+            raise BundleRefused(f"refused {root}: {name} holds more than {max_lines:,} lines, the track's "
+                                "planned episodes; one episode a line, each once")
+        return lineno + 1
+
     try:
         with gzip.open(path, "rb") as f:
             while chunk := f.read(CHUNK):
-                total += len(chunk)
-                if total > INFLATED_CAP:
-                    raise BundleRefused(f"refused {root}: {name} inflates to more than {INFLATED_CAP:,} bytes")
                 lines = (pending + chunk).split(b"\n")
                 pending = lines.pop()
+                for line in lines:
+                    lineno = counted()
+                    if len(line) > LINE_CAP:
+                        raise BundleRefused(f"refused {root}: {name} line {lineno} is over {LINE_CAP:,} bytes")
+                    yield lineno, line
                 if len(pending) > LINE_CAP:
                     raise BundleRefused(f"refused {root}: {name} line {lineno + 1} is over {LINE_CAP:,} bytes")
-                for line in lines:
-                    lineno += 1
-                    yield lineno, line
+                total += len(chunk)
+                if total > cap:
+                    raise BundleRefused(f"refused {root}: {name} inflates to more than {cap:,} bytes")
     except (OSError, EOFError, zlib.error) as e:
         raise BundleRefused(f"refused {root}: {name} is not a valid gzip file ({e})") from None
     if pending:
-        yield lineno + 1, pending
+        lineno = counted()
+        yield lineno, pending
 
 
 def write_gz_lines(path: Path, lines: Iterator[str]) -> None:

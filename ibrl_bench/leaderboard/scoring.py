@@ -1,9 +1,9 @@
 """The numbers of one leaderboard entry, from its episodes: the same function for the submitter
 (who writes them into submission.json) and the verifier (who recomputes and compares them).
 
-Per metric of the track: the overall estimate is the uniform mean over the panel's cells
-(counterpart x role), and each counterpart's column the mean over its roles, both with the
-scenario-clustered bootstrap of `stats.ranking.uniform_means`. Episodes against a declared training
+Per metric of the track (any cell metric, and `joint_score`: the points of both sides): the
+overall estimate is the uniform mean over the panel's cells (counterpart x role), and each
+counterpart's column the mean over its roles, both with the scenario-clustered bootstrap of `stats.ranking.uniform_means`. Episodes against a declared training
 counterpart count only towards the mismatch: score against it minus the held-out panel, paired by
 game (`stats.mismatch`).
 """
@@ -15,11 +15,16 @@ from pydantic import BaseModel
 from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.track import Track
 from ibrl_bench.runner.store import EpisodeRecord
+from ibrl_bench.stats.cells import DOMAIN_PREFIX
 from ibrl_bench.stats.intervals import Interval
 from ibrl_bench.stats.matrix import episodes_frame
 from ibrl_bench.stats.mismatch import mismatch
 from ibrl_bench.stats.ranking import uniform_means
 
+# The version of how an entry's numbers are computed from its episodes. Bundles state their numbers
+# and the verifier recomputes them: a change here (another interval method, resampling, seed)
+# bumps it, and bundles scored under another version are re-scored (`ibrl-bench leaderboard rescore`).
+SCORING_VERSION = 1
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 SEED = 0  # fixed, so that the verifier recomputes the very same intervals
@@ -36,6 +41,8 @@ class EntryScores(BaseModel):
 
 
 def _uniform_mean(frame, metric: str) -> Interval:
+    """The one call into the interval engine for a board's columns: the uniform mean over the
+    frame's cells (counterpart x role) with its scenario-clustered interval."""
     try:
         (only,) = uniform_means(frame, metric=metric, confidence=CONFIDENCE, n_resamples=N_RESAMPLES,
                                 seed=SEED).values()
@@ -49,6 +56,8 @@ def entry_scores(records: list[EpisodeRecord], track: Track, train_counterpart: 
     # In key order: the bootstrap's floating-point sums depend on the order of the columns, and
     # the submitter's run and the verifier's bundle list the same episodes in different orders.
     frame = episodes_frame(sorted(records, key=lambda r: r.key))
+    # The joint points of both sides, as a per-episode metric of its own (0 without a deal).
+    frame[f"{DOMAIN_PREFIX}joint_score"] = frame["policy_score"] + frame["counterpart_score"]
     panel = frame[frame["counterpart"].isin(track.counterparts)]
     metrics = {}
     for metric in track.metrics:

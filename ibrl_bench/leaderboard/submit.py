@@ -13,10 +13,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ibrl_bench.errors import UserError
+from ibrl_bench.secrets import scrub
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.bundle import Submission, write_bundle
 from ibrl_bench.leaderboard.scoring import entry_scores
-from ibrl_bench.leaderboard.track import Track, leaderboards_dir, track_folder
+from ibrl_bench.leaderboard.track import Track, leaderboards_dir, panel_member, track_folder
 from ibrl_bench.runner.crossplay import CrossplayConfig, planned_episodes
 from ibrl_bench.runner.store import RunStore
 
@@ -29,8 +30,13 @@ def slug(name: str) -> str:
 
 def suite_config(track: Track, policy: str, train_counterpart: str | None, concurrency: int,
                  move_timeout: float | None = 120.0) -> CrossplayConfig:
-    if train_counterpart in track.counterparts:
-        raise UserError(f"--train-counterpart {train_counterpart} is in the track's held-out panel; a policy "
+    member = panel_member(track, policy)
+    if member:
+        raise UserError(f"the policy {policy} is the track's panel member {member}; a counterpart is not "
+                        "evaluated against itself: submit another policy")
+    member = panel_member(track, train_counterpart) if train_counterpart else None
+    if member:
+        raise UserError(f"--train-counterpart {train_counterpart} is the track's panel member {member}; a policy "
                         "trained against a panel member has no held-out score there: submit to another track")
     extra = [train_counterpart] if train_counterpart else []
     return CrossplayConfig(
@@ -84,3 +90,28 @@ def make_bundle(track: Track, store: RunStore, bundle: Path, *, policy: str, nam
     scores = entry_scores(records, track, train_counterpart)
     return write_bundle(bundle, track=track, policy=policy, name=name, org=org, train_counterpart=train_counterpart,
                         records=records, manifest=manifest, scores=scores, earlier=earlier)
+
+
+def rescore(bundle: Path, root: Path | None = None) -> Submission:
+    """Recompute a bundle's numbers from its own episodes under this harness's scoring, and rewrite
+    submission.json (scores and scoring version) and README.md. Nothing else changes: the episodes,
+    the manifest and their checksums stay as submitted, and `leaderboard verify` still checks all."""
+    from ibrl_bench.leaderboard.bundle import readme
+    from ibrl_bench.leaderboard.scoring import SCORING_VERSION
+    from ibrl_bench.leaderboard.track import load_track
+    from ibrl_bench.leaderboard.verify import read_episodes, read_submission
+
+    folder = files.bundle_folder(bundle)
+    sub = read_submission(folder)
+    track = load_track(sub.track.id, root)
+    if (sub.track.version, sub.track.hash) != (track.version, track.hash):
+        raise UserError(f"{bundle} is for track {track.id} version {sub.track.version}, the track is now version "
+                        f"{track.version}: its episodes were played on other terms; resubmit instead")
+    counterparts = track.counterparts + ([sub.train_counterpart] if sub.train_counterpart else [])
+    planned = len(counterparts) * len(track.roles) * track.scenarios.n * track.seeds
+    records = read_episodes(folder, sub.files["episodes"].path, max_lines=planned)
+    new = sub.model_copy(update={"scoring": SCORING_VERSION,
+                                 "scores": entry_scores(records, track, sub.train_counterpart)})
+    (folder / files.SUBMISSION).write_text(scrub(new.model_dump_json(indent=2)))
+    (folder / files.README).write_text(readme(new, track))
+    return new

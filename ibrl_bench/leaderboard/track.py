@@ -153,8 +153,38 @@ def current_pins(track: Track) -> dict:
     }
 
 
+def spec_identities(spec: str) -> set[str]:
+    """The names an agent answers to, for telling whether two specs are the same agent: its spec,
+    its kind and target without parameters (a variant of an agent is that agent), and for a card
+    its content hash and the spec it resolves to."""
+    from ibrl_bench.agents.cards import load_card
+    from ibrl_bench.agents.spec import parse_spec
+
+    parsed = parse_spec(spec)
+    out = {spec, f"{parsed.kind}:{parsed.target}"}
+    if parsed.kind == "card":
+        card = load_card(parsed.target)
+        resolved = parse_spec(card.spec())
+        out |= {f"card-hash:{card.hash}", card.spec(), f"{resolved.kind}:{resolved.target}"}
+    return out
+
+
+def panel_member(track: Track, spec: str) -> str | None:
+    """The member of the track's panel that `spec` is (the same spec, agent or card), or None."""
+    mine = spec_identities(spec)
+    for m in track.panel:
+        if mine & spec_identities(m.spec):
+            return m.spec
+    return None
+
+
 def check_pins(track: Track) -> None:
-    """Refuse a track this harness cannot reproduce: a changed scenario set, card or prompt."""
+    """Refuse a track this harness cannot reproduce (a changed scenario set, card or prompt), or
+    that pins a model counterpart whose card has not passed the fidelity gate."""
+    from ibrl_bench.agents.cards import load_card
+    from ibrl_bench.agents.spec import parse_spec
+    from ibrl_bench.leaderboard.fidelity import check_gate
+
     now = current_pins(track)
     fix = f"the track {track.id} needs a new version (and a new board), or restore what changed"
     if now["scenarios"] != track.scenarios.model_dump():
@@ -166,3 +196,7 @@ def check_pins(track: Track) -> None:
                             f"to {now['cards'][m.spec]}; {fix}")
     if now["prompt"] != track.prompt:
         raise UserError(f"track {track.id} pins prompt {track.prompt}, but this harness speaks {now['prompt']}; {fix}")
+    for m in track.panel:
+        spec = parse_spec(m.spec)
+        if spec.kind == "card":
+            check_gate(load_card(spec.target), track.domain)

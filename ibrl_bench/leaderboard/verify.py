@@ -8,16 +8,23 @@ Two kinds of failure, kept apart:
   problem names the episode or metric and what differs.
 
 Checks, in order: the files' checksums; the track named is the current version of the track; the
-run manifest is the track's suite; every episode is on the track (domain, policy, counterpart,
-role, seed, scenario and its hash, the card hashes, its key) and appears once, finished; every
-scenario x seed x counterpart x role is there; each episode replays to its recorded outcome under
-the domain's rules (scripted seats re-asked move by move); the counts and every metric with its
-interval recompute to what submission.json states.
+policy and the declared training counterpart are not members of the track's panel; the declared
+model identity fits the policy's spec (and matches local weights where they are here); the run
+manifest is the track's suite; every episode is on the track (domain, policy, counterpart, role,
+seed, scenario and its hash, the card hashes, its key) and appears once, finished; every scenario
+x seed x counterpart x role is there; each episode replays to its recorded outcome under the
+domain's rules, with every deterministic seat re-asked move by move (`seat_plan`); the counts and
+every metric with its interval recompute to what submission.json states.
+
+Reading is bounded before anything is parsed: the episodes are streamed, and reading stops at the
+track's planned number of lines, a line over its cap, inflated bytes over their cap, or JSON
+nested past a depth limit (`files.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import math
 from collections import Counter
 from pathlib import Path
@@ -30,8 +37,9 @@ from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.bundle import FORMAT, Counts, Submission
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.replay import replay
-from ibrl_bench.leaderboard.scoring import entry_scores
-from ibrl_bench.leaderboard.track import Track, available_tracks, check_pins, load_track, track_scenarios
+from ibrl_bench.leaderboard.scoring import SCORING_VERSION, entry_scores
+from ibrl_bench.leaderboard.track import (Track, available_tracks, check_pins, load_track, panel_member,
+                                          track_scenarios)
 from ibrl_bench.runner.crossplay import episode_key
 from ibrl_bench.runner.store import EpisodeRecord, Manifest
 
@@ -45,6 +53,8 @@ class Verdict(BaseModel):
     submission: Submission
     track: str
     n_episodes: int = 0
+    # spec -> "re-asked", or "not re-asked: why" (an API model, sampled decoding, weights not here)
+    seats: dict[str, str] = {}
 
 
 def _invalid(root: Path, name: str, e: ValidationError) -> BundleRefused:
@@ -64,16 +74,20 @@ def read_submission(root: Path) -> Submission:
         raise _invalid(root, files.SUBMISSION, e) from None
 
 
-def read_episodes(root: Path, name: str) -> list[EpisodeRecord]:
+def read_episodes(root: Path, name: str, max_lines: int | None = None) -> list[EpisodeRecord]:
     out = []
-    for lineno, line in files.gz_lines(root, name):
+    for lineno, line in files.gz_lines(root, name, max_lines):
         if not line.strip():
             continue
+        where = f"refused {root}: {name} line {lineno}"
+        depth = files.json_depth(line)
+        if depth > files.MAX_DEPTH:
+            raise BundleRefused(f"{where} nests JSON {depth:,} levels deep, over the limit of {files.MAX_DEPTH}")
         try:
             out.append(EpisodeRecord.model_validate_json(line))
         except ValidationError as e:
             first = e.errors()[0]
-            raise BundleRefused(f"refused {root}: {name} line {lineno} is not an episode record "
+            raise BundleRefused(f"{where} is not an episode record "
                                 f"({'.'.join(str(x) for x in first['loc'])}: {first['msg']})") from None
     return out
 
@@ -103,23 +117,87 @@ def expected_identity(track: Track, sub: Submission) -> dict:
     }
 
 
-def _deterministic(spec: str) -> bool:
-    """Agents the verifier can ask again and get the same move: scripted ones (or cards for them)."""
+REASKED = "re-asked"
+
+
+def seat_plan(spec: str, declared: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Whether the verifier can ask the agent behind `spec` again and must get the same moves, and
+    why not when it cannot. Deterministic: scripted agents (and cards of them), and local models
+    (`hf:`, `vllm:`) decoding greedily from weights pinned by a checksum or a package version that
+    match what is here. `declared` is the model identity a submission states for its policy."""
+    from ibrl_bench.leaderboard.bundle import model_identity
+
     parsed = parse_spec(spec)
     if parsed.kind == "card":
         from ibrl_bench.agents.cards import load_card
 
-        return load_card(parsed.target).backend == "scripted"
-    return parsed.kind == "scripted"
+        card = load_card(parsed.target)
+        if card.backend == "scripted":
+            return True, REASKED
+        if card.backend not in ("hf", "vllm"):
+            return False, f"not re-asked: {card.backend} API model"
+        if float(card.params.get("temperature", 0) or 0) > 0:
+            return False, "not re-asked: sampled decoding"
+        if card.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            return False, "not re-asked: vLLM is not installed here"
+        here = model_identity(card.spec(), "")
+        pin = here.get("package") or here.get("weights_sha256")
+        if not pin or (card.revision and here.get("package") and card.revision != here["package"]):
+            return False, f"not re-asked: weights here ({pin or 'none'}) are not the card's {card.revision}"
+        return True, REASKED
+    if parsed.kind == "scripted":
+        return True, REASKED
+    if parsed.kind not in ("hf", "vllm"):
+        return False, f"not re-asked: {'plugin code' if parsed.kind == 'python' else parsed.kind + ' API model'}"
+    if float(parsed.params.get("temperature", 0) or 0) > 0:
+        return False, "not re-asked: sampled decoding"
+    if parsed.kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        return False, "not re-asked: vLLM is not installed here"
+    here = model_identity(spec, "")
+    if not (here.get("weights_sha256") or here.get("package")):
+        return False, "not re-asked: the weights are not here"
+    if declared is not None and here != declared:
+        return False, "not re-asked: the weights here differ from the declared ones"
+    return True, REASKED
+
+
+# The fields a model identity may hold, per kind of policy spec (bundle.model_identity writes them).
+IDENTITY_FIELDS = {
+    "scripted": {"harness_version"}, "card": {"card_hash"}, "python": {"module_sha256"},
+    "hf": {"package", "weights_sha256", "adapter_sha256", "hub_id", "revision"},
+}
+
+
+def identity_problem(sub: Submission) -> str | None:
+    """The declared model identity must be of the policy's kind, with that kind's fields, and where
+    it can be computed here (a card, local weights that are here), the same."""
+    from ibrl_bench.leaderboard.bundle import model_identity
+
+    kind = parse_spec(sub.policy).kind
+    if sub.model.get("kind") != kind:
+        return (f"model identity: kind {sub.model.get('kind')!r} does not fit the policy {sub.policy} "
+                f"(a {kind} spec)")
+    allowed = IDENTITY_FIELDS.get("hf" if kind == "vllm" else kind, {"model"})
+    extra = sorted(set(sub.model) - allowed - {"kind"})
+    if extra:
+        return f"model identity: fields {extra} do not fit a {kind} policy (it may state {sorted(allowed)})"
+    here = model_identity(sub.policy, "")
+    pinned = kind == "card" or (kind in ("hf", "vllm") and (here.get("weights_sha256") or here.get("package")))
+    if pinned and here != sub.model:
+        return (f"model identity: the policy's spec gives {here} here, the bundle declares {sub.model}; "
+                "the spec names another model than was submitted")
+    return None
 
 
 def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
     folder = files.bundle_folder(path)
     sub = read_submission(folder)
     problems: list[str] = []
+    seat_notes: dict[str, str] = {}
 
     def verdict(n: int = 0) -> Verdict:
-        return Verdict(bundle=str(path), ok=not problems, problems=problems, submission=sub, track=sub.track.id, n_episodes=n)
+        return Verdict(bundle=str(path), ok=not problems, problems=problems, submission=sub, track=sub.track.id,
+                       n_episodes=n, seats=seat_notes)
 
     for key in ("episodes", "manifest"):
         if key not in sub.files:
@@ -138,6 +216,17 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
                         f"but the track is now version {track.version} (hash {track.hash}); resubmit on the current track")
         return verdict()
     check_pins(track)
+    if sub.scoring != SCORING_VERSION:
+        problems.append(f"the bundle was scored under scoring version {sub.scoring}, this harness scores under "
+                        f"{SCORING_VERSION}; re-score it: ibrl-bench leaderboard rescore {path}")
+        return verdict()
+    for what, spec in (("the policy", sub.policy), ("the declared training counterpart", sub.train_counterpart)):
+        member = panel_member(track, spec) if spec else None
+        if member:
+            problems.append(f"{what} {spec} is the track's panel member {member}: no held-out score there")
+    problems += filter(None, [identity_problem(sub)])
+    if problems:
+        return verdict()
 
     try:
         manifest = Manifest.model_validate(files.read_json(folder, sub.files["manifest"].path))
@@ -148,8 +237,12 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
         if manifest.identity.get(k) != v:
             problems.append(f"manifest.json: {k} is {manifest.identity.get(k)!r}, the track's suite has {v!r}")
 
-    records = read_episodes(folder, sub.files["episodes"].path)
-    problems += _check_episodes(track, sub, records)
+    planned = len(want["counterparts"]) * len(track.roles) * track.scenarios.n * track.seeds
+    records = read_episodes(folder, sub.files["episodes"].path, max_lines=planned)
+    seats = {spec: seat_plan(spec, sub.model if spec == sub.policy else None)
+             for spec in dict.fromkeys([sub.policy, *want["counterparts"]])}
+    seat_notes.update({spec: note for spec, (_, note) in seats.items()})
+    problems += _check_episodes(track, sub, records, [spec for spec, (ok, _) in seats.items() if ok])
     if problems:
         return verdict(len(records))
 
@@ -176,7 +269,7 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
     return verdict(len(records))
 
 
-def _check_episodes(track: Track, sub: Submission, records: list[EpisodeRecord]) -> list[str]:
+def _check_episodes(track: Track, sub: Submission, records: list[EpisodeRecord], reask: list[str]) -> list[str]:
     domain = get_domain(track.domain)
     scenarios = {s.id: s for s in track_scenarios(track).scenarios}
     counterparts = track.counterparts + ([sub.train_counterpart] if sub.train_counterpart else [])
@@ -233,21 +326,27 @@ def _check_episodes(track: Track, sub: Submission, records: list[EpisodeRecord])
             if cells[(c, role)] < track.min_episodes_per_cell:
                 problems.append(f"cell {c}, role {role}: {cells[(c, role)]} episodes, the track needs "
                                 f"{track.min_episodes_per_cell}")
-    problems += asyncio.run(_replay_all(domain, scenarios, to_replay, track.max_turns, sub.policy, counterparts))
-    return problems
+    if problems:  # a bundle that is not the track's suite is not worth loading models for
+        return problems
+    return asyncio.run(_replay_all(domain, scenarios, to_replay, track.max_turns, reask))
 
 
-async def _replay_all(domain, scenarios, records, max_turns, policy, counterparts) -> list[str]:
-    agents = {spec: build_agent(spec, domain.name) for spec in dict.fromkeys([policy, *counterparts])
-              if _deterministic(spec)}
-    problems = []
-    try:
-        for r in records:
+REPLAY_CONCURRENCY = 16  # episodes replayed at once, so that a local model's moves are batched
+
+
+async def _replay_all(domain, scenarios, records, max_turns, reask: list[str]) -> list[str]:
+    agents = {spec: build_agent(spec, domain.name) for spec in reask}
+    gate = asyncio.Semaphore(REPLAY_CONCURRENCY)
+
+    async def one(r: EpisodeRecord) -> str | None:
+        async with gate:
             seats = {role: agents[spec] for role, spec in r.agents.items() if spec in agents}
             found = await replay(domain, scenarios[r.scenario_id], r, max_turns, seats)
-            if found:
-                problems.append(f"episode {r.key} ({r.counterpart}, role {r.policy_role}, {r.scenario_id}, "
-                                f"seed {r.seed}): {found}")
+        if found:
+            return f"episode {r.key} ({r.counterpart}, role {r.policy_role}, {r.scenario_id}, seed {r.seed}): {found}"
+        return None
+
+    try:
+        return [p for p in await asyncio.gather(*(one(r) for r in records)) if p]
     finally:
         await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
-    return problems

@@ -329,6 +329,24 @@ class RandomNegotiator(Negotiator):
         return self.rng(view, "accept").random() < p
 
 
+class Pushover(Negotiator):
+    """Offers the opponent the whole pool every turn and goes along with whatever is on the table:
+    it reaches agreement with nearly anyone and keeps nothing. Not a counterpart: a reference
+    policy showing that a board ranked on agreement alone can be topped by giving everything away."""
+
+    name = "pushover"
+    sentence = "You can have everything: {theirs}. I keep {mine}."
+
+    def propose(self, view: View) -> Vec:
+        return tuple(0 for _ in view.counts)
+
+    def accepts(self, view: View, own: Vec) -> bool:
+        return view.utility(own) == 0
+
+    def ratify(self, view: View, own: Vec) -> bool:
+        return True
+
+
 NEGOTIATORS: dict[str, type[Negotiator]] = {
-    cls.name: cls for cls in (Boulware, Conceder, TitForTat, Fair, Hardliner, RandomNegotiator)
+    cls.name: cls for cls in (Boulware, Conceder, TitForTat, Fair, Hardliner, RandomNegotiator, Pushover)
 }

@@ -8,7 +8,7 @@ import pytest
 
 from ibrl_bench.errors import UserError
 from ibrl_bench.stats.mismatch import gap_matrix, mismatch, mismatch_many
-from ibrl_bench.stats.resampling import TestResult, holm
+from ibrl_bench.stats.intervals import TestResult, holm
 from simulate import frame, matrix_scores
 
 # Successes out of 8 scenarios (one seed): the first n scenarios succeed.

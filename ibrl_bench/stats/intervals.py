@@ -134,8 +134,9 @@ def _round(x: float) -> float:
 
 
 def _make(estimate: float, low: float, high: float, method: str, confidence: float, n: int, k: int) -> Interval:
+    estimate = _round(estimate)
     low, high = _round(min(low, estimate)), _round(max(high, estimate))
-    return Interval(estimate=float(estimate), low=low, high=high, method=method, confidence=confidence, n=n,
+    return Interval(estimate=estimate, low=low, high=high, method=method, confidence=confidence, n=n,
                     n_clusters=k)
 
 
@@ -362,7 +363,7 @@ def _mover_bounds(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, 
 
 
 def paired_interval(ya: np.ndarray, yb: np.ndarray, clusters: np.ndarray, binary: bool, *,
-                    confidence: float = 0.95, margin: float | None = None) -> Paired:
+                    confidence: float = 0.95, margin: float | None = None, with_test: bool = True) -> Paired:
     """A minus B over aligned pairs (ya[i], yb[i]) played on scenario clusters[i].
 
     `binary`: both sides are proportions in [0, 1] (a rate, or a mean of rates), and the difference
@@ -400,7 +401,7 @@ def paired_interval(ya: np.ndarray, yb: np.ndarray, clusters: np.ndarray, binary
     def interval_at(c: float) -> Interval:
         return _make(est, *bounds_at(c), method, c, n, k)
 
-    p = inverted_p_value(bounds_at)
+    p = inverted_p_value(bounds_at) if with_test else None
     test = TestResult(test=f"{'MOVER' if binary else 't'} interval inverted over {k} scenarios", p_value=p, n=n,
                       n_clusters=k)
     eq = tost(bounds_at, margin, interval_at) if margin is not None else None

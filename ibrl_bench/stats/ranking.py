@@ -227,6 +227,12 @@ def _maxent_nash_distinct(s: np.ndarray, maxent: bool = True) -> tuple[np.ndarra
     lp = optimize.linprog(np.r_[np.zeros(m), -1.0], A_ub=np.c_[-s.T, np.ones(n)], b_ub=np.zeros(n),
                           A_eq=np.r_[np.ones(m), 0.0][None], b_eq=[1.0],
                           bounds=[(0, None)] * m + [(None, None)], method="highs")
+    if not maxent and lp.status == 0:
+        # The column player's optimal strategy is the dual of the row player's LP (its constraint
+        # prices), which saves the second LP where only an equilibrium is needed.
+        q0 = np.clip(-np.asarray(lp.ineqlin.marginals, float), 0.0, None)
+        if q0.sum() > 0 and np.max(s @ (q0 / q0.sum())) <= lp.x[m] + 1e-7 * scale:
+            return lp.x[:m] / lp.x[:m].sum(), q0 / q0.sum(), float(lp.x[m]), "linprog (HiGHS) with its dual"
     lq = optimize.linprog(np.r_[np.zeros(n), 1.0], A_ub=np.c_[s, -np.ones(m)], b_ub=np.zeros(m),
                           A_eq=np.r_[np.ones(n), 0.0][None], b_eq=[1.0],
                           bounds=[(0, None)] * n + [(None, None)], method="highs")

@@ -559,6 +559,9 @@ def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resam
         why = METHOD_ONE_CLUSTER if k < 2 else "none (fewer than 2 held-out counterparts: nothing to resample)"
         iv = _undefined(why, confidence, n, k, est)
         return Paired(difference=iv, test=TestResult(test=why, p_value=None, n=n, n_clusters=k))
+    if np.ptp(y) == 0:
+        iv = _undefined(METHOD_NO_SPREAD.replace("scenario mean", "value"), confidence, n, k, est)
+        return Paired(difference=iv, test=TestResult(test="none (no spread)", p_value=None, n=n, n_clusters=k))
     boot = np.sort(crossed_distribution(y, n_resamples, seed))
 
     def bounds_at(c: float) -> tuple[float, float]:

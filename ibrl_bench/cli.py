@@ -505,18 +505,25 @@ def _int_list(ctx, param, value: str) -> list[int]:
 @click.option("--alpha", type=float, default=0.05, show_default=True)
 @click.option("--power", type=float, default=0.8, show_default=True)
 @click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
+@click.option("--domain", default="dealnodeal", show_default=True, help="Domain whose split caps the scenarios (with --from: the run's).")
+@click.option("--split", default="test", show_default=True, help="Split whose size caps the scenarios (with --from: the run's).")
 @_json_option
-def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, as_json) -> None:
+def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, domain, split,
+         as_json) -> None:
     """How many scenarios and seeds detect a difference of DELTA between two policies.
 
     From clustered standard errors (Miller 2024, "Adding Error Bars to Evals"): give --rate and
-    --icc, or --sd-between and --sd-within, or --from a pilot run to estimate them.
+    --icc, or --sd-between and --sd-within, or --from a pilot run to estimate them. Never asks for
+    more scenarios than the split holds: it says the smallest difference detectable with all of them.
     """
+    from ibrl_bench.domains import get_domain
     from ibrl_bench.report import tables
     from ibrl_bench.stats import power as pw
 
     if from_run:
-        _, frame = _open_run(from_run)
+        pilot, frame = _open_run(from_run)
+        domain = pilot.manifest.identity.get("domain", domain)
+        split = pilot.manifest.identity.get("split", split)
         components = pw.estimate_components(frame, metric, icc=icc, corr=corr, source=from_run)
     elif rate is not None:
         components = pw.from_rate(rate, 0.3 if icc is None else icc, 0.5 if corr is None else corr)
@@ -528,7 +535,9 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
     else:
         raise UserError("plan needs the variance: --rate R [--icc I], or --sd-between and --sd-within, "
                         "or --from RUN to estimate it from a pilot run")
-    result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired)
+    max_scenarios = len(get_domain(domain).scenario_set(split).scenarios)
+    result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired,
+                     max_scenarios=max_scenarios)
     _emit(result, tables.plan(result), as_json)
 
 

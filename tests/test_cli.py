@@ -116,6 +116,7 @@ def test_play_prints_one_episode_turn_by_turn():
         (["crossplay", "--policy", "scripted:dealnodeal/fair?beta=x&&", "--counterpart", "scripted:dealnodeal/fair"],
          ["scripted:dealnodeal/fair"]),
         (["crossplay", "--seeds", "-1"], ["--seeds"]),
+        (["crossplay", "--scenarios", "708"], ["--scenarios 708", "546"]),
         (["show", "/nonexistent/run"], ["not a run folder"]),
         (["play", "--scenario", "99999"], ["out of range"]),
         (["play", "--role", "seller"], ["unknown role 'seller' for dealnodeal"]),

@@ -197,10 +197,26 @@ def plan(p: Plan) -> Group:
     design = "paired: the same scenarios for both" if p.paired else "unpaired"
     t = _table(f"scenarios needed to detect a difference of {p.delta:g} ({design}, two-sided alpha {p.alpha:g}, "
                f"power {p.power:g})")
-    for col in ("seeds per scenario", "scenarios", "episodes per policy and cell", "design effect"):
+    ranged = any(r.needed_range for r in p.rows)
+    cols = ("seeds per scenario", "scenarios", "episodes per policy and cell", "design effect",
+            *(("needed if the pilot's variance is off (95%)",) if ranged else ()))
+    for col in cols:
         t.add_column(col, justify="right")
+    short_rows = []
     for r in p.rows:
-        t.add_row(str(r.seeds), str(r.scenarios), str(r.episodes), f"{r.design_effect:.2f}")
+        n = str(r.scenarios) if r.enough else f"{r.scenarios} (all; {r.needed} needed)"
+        extra = (f"{r.needed_range[0]}-{r.needed_range[1]}",) if ranged and r.needed_range else (("",) if ranged else ())
+        t.add_row(str(r.seeds), n, str(r.episodes), f"{r.design_effect:.2f}", *extra)
+        if not r.enough:
+            short_rows.append(f"with {r.seeds} seed(s): all {r.scenarios} scenarios detect {r.detectable:.3g}, "
+                              f"not {p.delta:g}")
     params = (f"sd between scenarios {c.sd_between:.3f}, sd within a scenario {c.sd_within:.3f}, "
               f"correlation of the two policies {c.corr:.2f} ({c.source})")
-    return _group(t, Text(params, style="dim"), Text(p.method, style="dim"))
+    parts = [t, Text(params, style="dim")]
+    if p.max_scenarios:
+        parts.append(Text(f"the split holds {p.max_scenarios} scenarios; " + ("; ".join(short_rows) if short_rows
+                                                                               else "every row fits"), style="dim"))
+    if ranged:
+        parts.append(Text(f"range: scenarios needed at the 95% chi-square bounds of the variance estimated from the "
+                          f"pilot's {c.n_scenarios} scenarios", style="dim"))
+    return _group(*parts, Text(p.method, style="dim"))

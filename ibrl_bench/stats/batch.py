@@ -20,8 +20,8 @@ from ibrl_bench.stats.intervals import (
     Interval,
     check_confidence,
     interval_of,
-    proportion_interval,
-    scenario_mean_interval,
+    proportion_intervals,
+    scenario_mean_intervals,
     scenario_means,
 )
 
@@ -78,12 +78,13 @@ def matrix_metrics(frame: pd.DataFrame, cell_columns: list[str], confidence: flo
             raise ValueError("a rate takes 0/1 (or bool) values")
         owner, means, sizes = _group_means(cell[defined], scenario[defined], values[defined], len(uniques))
         bounds = np.searchsorted(owner, np.arange(len(keys) + 1))
-        for c, key in enumerate(keys):
-            m, s = means[bounds[c]:bounds[c + 1]], sizes[bounds[c]:bounds[c + 1]]
-            if kind == "rate":
-                out[key][name] = proportion_interval(m, s, confidence)
-            else:
-                out[key][name] = scenario_mean_interval(m, int(s.sum()), confidence)
+        parts = [(means[bounds[c]:bounds[c + 1]], sizes[bounds[c]:bounds[c + 1]]) for c in range(len(keys))]
+        if kind == "rate":
+            ivs = proportion_intervals(parts, confidence)
+        else:
+            ivs = scenario_mean_intervals([(m, int(s.sum())) for m, s in parts], confidence)
+        for key, iv in zip(keys, ivs):
+            out[key][name] = iv
     return out
 
 

@@ -86,7 +86,7 @@ def metric_values(df: pd.DataFrame, name: str) -> tuple[str, pd.Series]:
     if col not in df.columns:
         raise ValueError(f"unknown metric {name!r}; metrics here: {', '.join(metric_names(df))}")
     defined = df[col].dropna()
-    kind = "rate" if all(isinstance(v, (bool, np.bool_)) for v in defined) else "mean"
+    kind = "rate" if pd.api.types.infer_dtype(defined, skipna=True) in ("boolean", "empty") else "mean"
     return kind, df[col].astype(float)
 
 

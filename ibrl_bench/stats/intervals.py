@@ -169,18 +169,28 @@ def _mean(x: np.ndarray) -> float:
 
 # ------------------------------------------------------------------------- rates
 
-def _clopper_pearson(x: float, n: float, confidence: float) -> tuple[float, float]:
-    """Exact binomial bounds for x successes of n trials; x and n may be fractional (beta quantiles)."""
+def _clopper_pearson(x: np.ndarray, n: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact binomial bounds for x successes of n trials, elementwise; x and n may be fractional
+    (beta quantiles)."""
     a = (1 - confidence) / 2
-    low = 0.0 if x <= 0 else float(stats.beta.ppf(a, x, n - x + 1))
-    high = 1.0 if x >= n else float(stats.beta.ppf(1 - a, x + 1, n - x))
+    with np.errstate(all="ignore"):
+        low = np.where(x <= 0, 0.0, stats.beta.ppf(a, np.maximum(x, 1e-300), n - x + 1))
+        high = np.where(x >= n, 1.0, stats.beta.ppf(1 - a, x + 1, np.maximum(n - x, 1e-300)))
     return low, high
 
 
-def effective_n(means: np.ndarray, sizes: np.ndarray, confidence: float) -> tuple[float, bool]:
-    """Kish effective sample size of a rate from its scenario means, with Korn and Graubard's
-    correction for the k - 1 degrees of freedom of the variance; and whether the episodes were
-    independent (one per scenario, where n_eff is simply n)."""
+def _df_ratio(k: np.ndarray, confidence: float) -> np.ndarray:
+    """Korn and Graubard's factor (z / t[k - 1])^2 on the effective n."""
+    z = stats.norm.ppf(1 - (1 - confidence) / 2)
+    t = stats.t.ppf(1 - (1 - confidence) / 2, np.maximum(k - 1, 1))
+    with np.errstate(all="ignore"):
+        ratio = (z / t) ** 2
+    return np.where(np.isfinite(ratio) & (t > 0), ratio, 1.0)
+
+
+def effective_n(means: np.ndarray, sizes: np.ndarray) -> tuple[float, bool]:
+    """Kish effective sample size of a rate from its scenario means (before the degrees-of-freedom
+    factor), and whether the episodes were independent (one per scenario: n_eff is simply n)."""
     k, n = len(means), int(np.sum(sizes))
     if np.all(sizes == 1):
         return float(n), True
@@ -188,29 +198,45 @@ def effective_n(means: np.ndarray, sizes: np.ndarray, confidence: float) -> tupl
     padded = np.append(means, 0.5)  # the pseudo-scenario: see the module docstring
     var = float(np.var(padded, ddof=1)) / k
     n_eff = p * (1 - p) / var if var > 0 else float(k)
-    n_eff = min(max(n_eff, float(k)), float(n))
-    z, t = stats.norm.ppf(1 - (1 - confidence) / 2), stats.t.ppf(1 - (1 - confidence) / 2, k - 1)
-    ratio = (z / t) ** 2 if math.isfinite(z / t) and t > 0 else 1.0
-    return max(n_eff * ratio, 1e-6), False
+    return min(max(n_eff, float(k)), float(n)), False
+
+
+def proportion_intervals(groups: Sequence[tuple[np.ndarray, np.ndarray]], confidence: float = 0.95) -> list[Interval]:
+    """`proportion_interval` of many (scenario means, sizes) at once: the quantile functions run
+    once over all of them (elementwise, so a group's interval does not depend on the others)."""
+    check_confidence(confidence)
+    out: list[Interval | None] = [None] * len(groups)
+    todo, p_, neff_, k_, n_, method_ = [], [], [], [], [], []
+    for i, (means, sizes) in enumerate(groups):
+        means, sizes = np.asarray(means, float), np.asarray(sizes, int)
+        k, n = len(means), int(sizes.sum())
+        if k == 0:
+            out[i] = _undefined(METHOD_EMPTY, confidence, 0, 0)
+            continue
+        if np.any(means < 0) or np.any(means > 1):
+            raise ValueError("a rate's scenario means must lie in [0, 1]")
+        p = _mean(means)
+        if k < 2 and sizes[0] > 1:
+            out[i] = _undefined(METHOD_ONE_CLUSTER, confidence, n, k, p)
+            continue
+        n_eff, independent = effective_n(means, sizes)
+        todo.append(i), p_.append(p), neff_.append(n_eff), k_.append(0 if independent else k), n_.append(n)
+        method_.append(RATE_METHOD_INDEPENDENT if independent else RATE_METHOD)
+    if todo:
+        p, k = np.array(p_), np.array(k_)
+        n_eff = np.array(neff_) * np.where(k > 0, _df_ratio(k, confidence), 1.0)
+        n_eff = np.maximum(n_eff, 1e-6)
+        low, high = _clopper_pearson(p * n_eff, n_eff, confidence)
+        for j, i in enumerate(todo):
+            out[i] = _make(p_[j], float(low[j]), float(high[j]), method_[j], confidence, n_[j],
+                           len(groups[i][0]))
+    return out  # type: ignore[return-value]
 
 
 def proportion_interval(means: np.ndarray, sizes: np.ndarray, confidence: float = 0.95) -> Interval:
     """Rate from per-scenario proportions in [0, 1] and the episodes behind each (see the module
     docstring for the method)."""
-    check_confidence(confidence)
-    means, sizes = np.asarray(means, float), np.asarray(sizes, int)
-    k, n = len(means), int(sizes.sum())
-    if k == 0:
-        return _undefined(METHOD_EMPTY, confidence, 0, 0)
-    if np.any(means < 0) or np.any(means > 1):
-        raise ValueError("a rate's scenario means must lie in [0, 1]")
-    p = _mean(means)
-    if k < 2 and sizes[0] > 1:
-        return _undefined(METHOD_ONE_CLUSTER, confidence, n, k, p)
-    n_eff, independent = effective_n(means, sizes, confidence)
-    low, high = _clopper_pearson(p * n_eff, n_eff, confidence)
-    method = RATE_METHOD_INDEPENDENT if independent else RATE_METHOD
-    return _make(p, low, high, method, confidence, n, k)
+    return proportion_intervals([(means, sizes)], confidence)[0]
 
 
 def rate_interval(values: Sequence[float] | np.ndarray, clusters: Sequence[Hashable] | np.ndarray,
@@ -233,20 +259,37 @@ def _t_bounds(x: np.ndarray, confidence: float) -> tuple[float, float, float]:
     return est, est - q * se, est + q * se
 
 
+def scenario_mean_intervals(groups: Sequence[tuple[np.ndarray, int]], confidence: float = 0.95,
+                            method: str = MEAN_METHOD) -> list[Interval]:
+    """`scenario_mean_interval` of many (scenario means, episodes) at once."""
+    check_confidence(confidence)
+    out: list[Interval | None] = [None] * len(groups)
+    todo = []
+    for i, (means, n) in enumerate(groups):
+        means = np.asarray(means, float)
+        k = len(means)
+        if k == 0:
+            out[i] = _undefined(METHOD_EMPTY, confidence, n, 0)
+        elif k < 2:
+            out[i] = _undefined(METHOD_ONE_CLUSTER, confidence, n, k, _mean(means))
+        elif np.ptp(means) == 0:
+            out[i] = _undefined(METHOD_NO_SPREAD, confidence, n, k, _mean(means))
+        else:
+            todo.append((i, means, n))
+    if todo:
+        ks = np.array([len(m) for _, m, _ in todo])
+        q = stats.t.ppf(1 - (1 - confidence) / 2, ks - 1)
+        for (i, means, n), qi in zip(todo, q):
+            est = _mean(means)
+            se = float(np.std(means, ddof=1)) / math.sqrt(len(means))
+            out[i] = _make(est, est - float(qi) * se, est + float(qi) * se, method, confidence, n, len(means))
+    return out  # type: ignore[return-value]
+
+
 def scenario_mean_interval(means: np.ndarray, n: int, confidence: float = 0.95, method: str = MEAN_METHOD
                            ) -> Interval:
     """Mean over scenarios of one value per scenario, with Student's t over scenarios."""
-    check_confidence(confidence)
-    means = np.asarray(means, float)
-    k = len(means)
-    if k == 0:
-        return _undefined(METHOD_EMPTY, confidence, n, 0)
-    if k < 2:
-        return _undefined(METHOD_ONE_CLUSTER, confidence, n, k, _mean(means))
-    if np.ptp(means) == 0:
-        return _undefined(METHOD_NO_SPREAD, confidence, n, k, _mean(means))
-    est, low, high = _t_bounds(means, confidence)
-    return _make(est, low, high, method, confidence, n, k)
+    return scenario_mean_intervals([(means, n)], confidence, method)[0]
 
 
 def mean_interval(values: Sequence[float] | np.ndarray, clusters: Sequence[Hashable] | np.ndarray,

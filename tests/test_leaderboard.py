@@ -279,6 +279,20 @@ def test_a_restated_metric_is_caught(bundle):
     assert any(p.startswith("metric success_at_1 overall: submission.json states") for p in found), found
 
 
+def test_a_bundle_scored_with_another_recipe_is_refused_until_rescored(bundle):
+    from ibrl_bench.leaderboard.bundle import rescore_bundle
+    from ibrl_bench.leaderboard.scoring import SCORING
+
+    sub = json.loads((bundle / files.SUBMISSION).read_text())
+    assert sub["scores"]["scoring"] == SCORING
+    del sub["scores"]["scoring"]  # a bundle from before scoring versions: version 1
+    (bundle / files.SUBMISSION).write_text(json.dumps(sub))
+    found = problems(bundle)
+    assert any("scoring version 1" in p and "rescore_bundles.py" in p for p in found), found
+    rescore_bundle(bundle)
+    assert verify_bundle(bundle).ok
+
+
 def test_a_track_whose_card_changed_cannot_be_played(env):
     (env / "counterparts" / "tough.yaml").write_text(yaml.safe_dump({**CARD, "description": "softer now"}))
     with pytest.raises(Exception, match="pins card:tough at card hash"):

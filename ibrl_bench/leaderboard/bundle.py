@@ -192,3 +192,20 @@ def write_bundle(folder: Path, *, track: Track, policy: str, name: str, org: str
     (folder / files.SUBMISSION).write_text(scrub(sub.model_dump_json(indent=2)))
     (folder / files.README).write_text(readme(sub, track))
     return sub
+
+
+def rescore_bundle(folder: Path) -> Submission:
+    """Recompute a bundle's scores from its own episodes with this harness's scoring recipe and
+    rewrite submission.json and README.md; the episodes and manifest (and their checksums) are
+    untouched. For bundles scored with an earlier `scoring.SCORING`."""
+    from ibrl_bench.leaderboard.scoring import entry_scores
+    from ibrl_bench.leaderboard.track import load_track
+    from ibrl_bench.leaderboard.verify import read_episodes, read_submission
+
+    sub = read_submission(folder)
+    track = load_track(sub.track.id)
+    records = read_episodes(folder, sub.files["episodes"].path)
+    sub = sub.model_copy(update={"scores": entry_scores(records, track, sub.train_counterpart)})
+    (folder / files.SUBMISSION).write_text(scrub(sub.model_dump_json(indent=2)))
+    (folder / files.README).write_text(readme(sub, track))
+    return sub

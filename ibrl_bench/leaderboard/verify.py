@@ -30,7 +30,7 @@ from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.bundle import FORMAT, Counts, Submission
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.replay import replay
-from ibrl_bench.leaderboard.scoring import entry_scores
+from ibrl_bench.leaderboard.scoring import SCORING, entry_scores
 from ibrl_bench.leaderboard.track import Track, available_tracks, check_pins, load_track, track_scenarios
 from ibrl_bench.runner.crossplay import episode_key
 from ibrl_bench.runner.store import EpisodeRecord, Manifest
@@ -157,6 +157,10 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
                     scenarios=len({r.scenario_id for r in records}), seeds=len({r.seed for r in records}))
     if counts != sub.counts:
         problems.append(f"counts: submission.json states {sub.counts.model_dump()}, the episodes give {counts.model_dump()}")
+    if sub.scores.scoring != SCORING:
+        problems.append(f"scores: submission.json was scored with scoring version {sub.scores.scoring}, this harness "
+                        f"scores with version {SCORING}; rescore it with scripts/rescore_bundles.py")
+        return verdict(len(records))
     scores = entry_scores(records, track, sub.train_counterpart)
     for metric, summary in scores.metrics.items():
         stated = sub.scores.metrics.get(metric)

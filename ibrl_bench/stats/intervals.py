@@ -53,7 +53,7 @@ RATE_METHOD_INDEPENDENT = "Clopper-Pearson (one episode per scenario)"
 MEAN_METHOD = "t on scenario means (scenarios)"
 PAIRED_RATE_METHOD = "paired MOVER of the two rate intervals (scenarios)"
 PAIRED_MEAN_METHOD = "paired t on per-scenario differences (scenarios)"
-CROSSED_METHOD = "two-way bootstrap percentile (scenarios x {n} held-out counterparts)"
+CROSSED_METHOD = "two-way bootstrap SE, t on {df} df (scenarios x {n} held-out counterparts)"
 P_VALUE_RULE = "p = smallest alpha at which the (1 - alpha) interval excludes 0 (the interval inverted)"
 
 DEFAULT_RESAMPLES = 10_000
@@ -590,13 +590,19 @@ def crossed_distribution(y: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, se
 
 def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
                      seed: int = 0, margin: float | None = None) -> Paired:
-    """Mean of y (k scenarios x H held-out counterparts) with the crossed bootstrap percentile
-    interval, its inverted p-value and, with `margin`, TOST. Read as: generalisation to other
-    scenarios *and* other counterparts drawn like these."""
+    """Mean of y (k scenarios x H held-out counterparts), its interval, the interval's inverted
+    p-value and, with `margin`, TOST. Read as: generalisation to other scenarios *and* other
+    counterparts drawn like these.
+
+    The standard error comes from the two-way bootstrap; the critical value is Student's t on
+    min(k, H) - 1 degrees of freedom, because the scarcer of the two samples (usually the handful
+    of counterparts) limits what the data say about the spread. (Percentile intervals of the same
+    bootstrap covered 0.81 with 3 counterparts and 0.90 with 5; see docs/statistics.md.)"""
     check_confidence(confidence)
     y = np.asarray(y, float)
     k, h = y.shape
-    method = CROSSED_METHOD.format(n=h)
+    df = min(k, h) - 1
+    method = CROSSED_METHOD.format(n=h, df=df)
     est = _mean(y.mean(axis=1)) if k else None
     if k < 2 or h < 2:
         why = METHOD_ONE_CLUSTER if k < 2 else "none (fewer than 2 held-out counterparts: nothing to resample)"
@@ -605,11 +611,11 @@ def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resam
     if np.ptp(y) == 0:
         iv = _undefined(METHOD_NO_SPREAD.replace("scenario mean", "value"), confidence, n, k, est)
         return Paired(difference=iv, test=TestResult(test="none (no spread)", p_value=None, n=n, n_clusters=k))
-    boot = np.sort(crossed_distribution(y, n_resamples, seed))
+    se = float(np.std(crossed_distribution(y, n_resamples, seed), ddof=1))
 
     def bounds_at(c: float) -> tuple[float, float]:
-        a = (1 - c) / 2
-        return _quantile(boot, a), _quantile(boot, 1 - a)
+        q = float(stats.t.ppf(1 - (1 - c) / 2, df))
+        return est - q * se, est + q * se  # type: ignore[operator]
 
     def interval_at(c: float) -> Interval:
         return _make(est, *bounds_at(c), method, c, n, k)  # type: ignore[arg-type]

@@ -589,7 +589,7 @@ def crossed_distribution(y: np.ndarray, n_resamples: int = DEFAULT_RESAMPLES, se
 
 
 def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
-                     seed: int = 0, margin: float | None = None) -> Paired:
+                     seed: int = 0, margin: float | None = None, limits: tuple[float, float] | None = None) -> Paired:
     """Mean of y (k scenarios x H held-out counterparts), its interval, the interval's inverted
     p-value and, with `margin`, TOST. Read as: generalisation to other scenarios *and* other
     counterparts drawn like these.
@@ -597,7 +597,8 @@ def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resam
     The standard error comes from the two-way bootstrap; the critical value is Student's t on
     min(k, H) - 1 degrees of freedom, because the scarcer of the two samples (usually the handful
     of counterparts) limits what the data say about the spread. (Percentile intervals of the same
-    bootstrap covered 0.81 with 3 counterparts and 0.90 with 5; see docs/statistics.md.)"""
+    bootstrap covered 0.81 with 3 counterparts and 0.90 with 5; see docs/statistics.md.) `limits`:
+    the range the mean can take (a rate: (0, 1)), to which the bounds are held."""
     check_confidence(confidence)
     y = np.asarray(y, float)
     k, h = y.shape
@@ -615,7 +616,10 @@ def crossed_interval(y: np.ndarray, *, n: int, confidence: float = 0.95, n_resam
 
     def bounds_at(c: float) -> tuple[float, float]:
         q = float(stats.t.ppf(1 - (1 - c) / 2, df))
-        return est - q * se, est + q * se  # type: ignore[operator]
+        lo, hi = est - q * se, est + q * se  # type: ignore[operator]
+        if limits is not None:
+            lo, hi = max(lo, limits[0]), min(hi, limits[1])
+        return lo, hi
 
     def interval_at(c: float) -> Interval:
         return _make(est, *bounds_at(c), method, c, n, k)  # type: ignore[arg-type]

@@ -113,11 +113,13 @@ def _scenario_matrix(per_game: np.ndarray, scen: np.ndarray) -> np.ndarray:
 
 
 def _view_estimate(per_game: np.ndarray, scen: np.ndarray, view: View, *, n: int, confidence: float,
-                   margin: float | None) -> Paired:
+                   margin: float | None, limit: float | None = None) -> Paired:
     """The mean of a per-(game, held-out counterpart) difference under the view: crossed bootstrap
-    over scenarios x counterparts, or paired t over scenarios with the panel fixed."""
+    over scenarios x counterparts, or paired t over scenarios with the panel fixed. `limit`: the
+    largest size the difference can have (1 for a difference of rates)."""
     if view == "crossed" and per_game.shape[1] >= 2:
-        return crossed_interval(_scenario_matrix(per_game, scen), n=n, confidence=confidence, margin=margin)
+        return crossed_interval(_scenario_matrix(per_game, scen), n=n, confidence=confidence, margin=margin,
+                                limits=(-limit, limit) if limit else None)
     return paired_interval(per_game.mean(axis=1), np.zeros(len(per_game)), scen, False, confidence=confidence,
                            margin=margin)
 
@@ -210,7 +212,7 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
         train, held = sides(p, c)
         per = train[:, None] - held
         if view == "crossed" and len(panel) >= 2:
-            est = _view_estimate(per, scen, view, n=n, **kw)
+            est = _view_estimate(per, scen, view, n=n, limit=1.0 if binary else None, **kw)
             gap = PairedDifference(scope="held-out panel", a=side_interval(train, scen, binary, confidence),
                                    b=side_interval(held.mean(axis=1), scen, binary, confidence),
                                    difference=est.difference, test=est.test, equivalence=est.equivalence)
@@ -234,7 +236,7 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
         if reference:
             ref_per, ref_gap = gap_of(reference, c)
             did_per[p, c] = per - ref_per
-            did = _view_estimate(did_per[p, c], scen, view, n=n, **kw)
+            did = _view_estimate(did_per[p, c], scen, view, n=n, limit=2.0 if binary else None, **kw)
             result = result.model_copy(update={"reference": reference, "reference_gap": ref_gap,
                                                "did": did.difference, "did_test": did.test,
                                                "did_equivalence": did.equivalence})
@@ -250,8 +252,9 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
     if reference:
         for (ra, pa), (rb, pb) in combinations(results, 2):
             ka, kb = (ra.policy, ra.train_counterpart), (rb.policy, rb.train_counterpart)
-            did = _view_estimate(did_per[ka] - did_per[kb], scen, view, n=n, **kw)
-            raw = _view_estimate(pa - pb, scen, view, n=n, confidence=confidence, margin=None)
+            did = _view_estimate(did_per[ka] - did_per[kb], scen, view, n=n, limit=4.0 if binary else None, **kw)
+            raw = _view_estimate(pa - pb, scen, view, n=n, confidence=confidence, margin=None,
+                                 limit=2.0 if binary else None)
             comparisons.append(MethodDifference(a=ra.policy, b=rb.policy, did_difference=did.difference, test=did.test,
                                                 equivalence=did.equivalence, raw_gap_difference=raw.difference,
                                                 raw_gap_test=raw.test))

@@ -413,7 +413,7 @@ def uniform_means(frame: pd.DataFrame, metric: str = "success_at_1", confidence:
             by_cp = np.stack([x[i][[j for j, (c, _) in enumerate(columns) if c == cp]].mean(axis=0)
                               for cp in counterparts], axis=1)  # scenarios x counterparts
             out[p] = crossed_interval(by_cp, n=n // len(policies), confidence=confidence, n_resamples=n_resamples,
-                                      seed=seed).difference
+                                      seed=seed, limits=(0.0, 1.0) if kind == "rate" else None).difference
         elif kind == "rate" and len(sizes[p]) == k:
             out[p] = proportion_interval(per_scenario, sizes[p], confidence)
         else:

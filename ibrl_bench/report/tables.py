@@ -131,7 +131,8 @@ def mismatch(r: MismatchReport) -> Group:
         for col in ("a - b", "DiD(a) - DiD(b) [interval]", "p", "p (Holm)", "raw gap difference*"):
             c.add_column(col, justify="left" if col == "a - b" else "right")
         for d in r.comparisons:
-            c.add_row(f"{short(d.a)} - {short(d.b)}", iv(d.did_difference), pval(d.test.p_value), pval(d.p_holm),
+            c.add_row(f"{short(d.a)} - {short(d.b)}", iv(d.did_difference), pval(d.test.p_value),
+                      pval(d.p_holm) if d.p_holm is not None else "",
                       iv(d.raw_gap_difference))
         parts += [c, note([d.did_difference for d in r.comparisons]), Text("")]
     parts += [Text(f"* {n}" if n.startswith("raw gap") else n, style="dim") for n in r.notes]

@@ -311,14 +311,15 @@ RANK_RULE = ("rank = 1 + policies whose paired difference over scenarios is sign
              "pairs); rank interval = the {lo:g}% and {hi:g}% quantiles of the ranks in the scenario bootstrap")
 
 
-def paired_ranks(x: np.ndarray, binary: bool, confidence: float) -> list[int]:
+def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
     """Rank of each policy from its paired comparisons: 1 + the policies whose uniform mean is
-    above its own by a paired interval that excludes 0, Holm-adjusted over every pair."""
+    above its own by a paired interval that excludes 0, Holm-adjusted over every pair. The pairs
+    are per-scenario uniform means (proportions, not single trials), so the paired t applies."""
     per = x.mean(axis=1)  # policies x scenarios: each scenario's uniform mean over columns
     m, k = per.shape
     scen = np.arange(k)
     pairs = list(combinations(range(m), 2))
-    tests = [paired_interval(per[i], per[j], scen, binary, confidence=confidence) for i, j in pairs]
+    tests = [paired_interval(per[i], per[j], scen, False, confidence=confidence) for i, j in pairs]
     p_holm = holm([t.test.p_value for t in tests])
     above = np.zeros(m, int)
     for (i, j), t, p in zip(pairs, tests, p_holm):
@@ -422,7 +423,7 @@ def uniform_means(frame: pd.DataFrame, metric: str = "success_at_1", confidence:
 
 
 def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: float = 0.95,
-             n_resamples: int = 2000, seed: int = 0, nash_resamples: int = 200) -> Rankings:
+             n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, nash_resamples: int = 200) -> Rankings:
     """The three rankings. Uniform: intervals as `uniform_means`, ranks from paired comparisons,
     rank intervals from the bootstrap; Nash: the equilibrium re-solved on `nash_resamples`
     scenario resamples; IQM: the scenario bootstrap."""
@@ -431,9 +432,8 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
     kw = dict(n=n, confidence=confidence, n_resamples=n_resamples, seed=seed)
     means_by = uniform_means(frame, metric, confidence, "panel", n_resamples, seed)
     means = [means_by[p] for p in policies]
-    binary = bool(np.all((x >= 0) & (x <= 1))) and _policy_sizes(frame, metric, policies, columns, k)[0] == "rate"
     if k >= 2:
-        ranks = paired_ranks(x, binary, confidence)
+        ranks = paired_ranks(x, confidence)
         lows, highs = rank_intervals(x, confidence, n_resamples, seed)
     else:
         ranks, lows, highs = [None] * len(policies), [None] * len(policies), [None] * len(policies)

@@ -133,6 +133,13 @@ def _round(x: float) -> float:
     return float(round(x, DIGITS))
 
 
+def make_interval(estimate: float, low: float, high: float, method: str, confidence: float, n: int, k: int
+                  ) -> Interval:
+    """An Interval from computed bounds, with the engine's guards: the estimate inside the bounds,
+    everything rounded to `DIGITS` decimals."""
+    return _make(estimate, low, high, method, confidence, n, k)
+
+
 def _make(estimate: float, low: float, high: float, method: str, confidence: float, n: int, k: int) -> Interval:
     estimate = _round(estimate)
     low, high = _round(min(low, estimate)), _round(max(high, estimate))
@@ -531,6 +538,17 @@ def bootstrap_bounds(estimate: np.ndarray, boot: np.ndarray, jack: np.ndarray | 
                 a_lo, a_hi, bca = float(bl), float(bh), True
         lows.append(_quantile(row, a_lo)), highs.append(_quantile(row, a_hi)), used.append(bca)
     return np.array(lows), np.array(highs), np.array(used)
+
+
+def rank_bounds(boot: np.ndarray, confidence: float = 0.95) -> tuple[list[int], list[int]]:
+    """Rank intervals from bootstrap replicates of several scores (rows x resamples, larger is
+    better): each row's rank (1 + rows strictly above) in every resample, and the lower and upper
+    quantiles of those integer ranks."""
+    check_confidence(confidence)
+    ranks = 1 + (boot[None, :, :] > boot[:, None, :]).sum(axis=1)
+    a = (1 - confidence) / 2
+    return ([int(v) for v in np.quantile(ranks, a, axis=1, method="lower")],
+            [int(v) for v in np.quantile(ranks, 1 - a, axis=1, method="higher")])
 
 
 def bootstrap(x: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], *, confidence: float = 0.95,

@@ -40,11 +40,14 @@ from ibrl_bench.errors import UserError
 from ibrl_bench.stats.intervals import (
     DEFAULT_RESAMPLES,
     Interval,
+    bootstrap_bounds,
     bootstrap_intervals,
     crossed_interval,
     holm,
     paired_interval,
+    make_interval,
     proportion_interval,
+    rank_bounds,
     resampled_means,
     scenario_mean_interval,
 )
@@ -332,11 +335,7 @@ def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
 def rank_intervals(x: np.ndarray, confidence: float, n_resamples: int, seed: int) -> tuple[list[int], list[int]]:
     """Quantiles of each policy's rank (1 + policies strictly above) over scenario bootstrap
     resamples, all policies resampled with the same scenarios."""
-    boot = _uniform(resampled_means(x, n_resamples, seed))  # policies x B
-    ranks = 1 + (boot[None, :, :] > boot[:, None, :]).sum(axis=1)
-    a = (1 - confidence) / 2
-    return ([int(v) for v in np.quantile(ranks, a, axis=1, method="lower")],
-            [int(v) for v in np.quantile(ranks, 1 - a, axis=1, method="higher")])
+    return rank_bounds(_uniform(resampled_means(x, n_resamples, seed)), confidence)
 
 
 def nash_bootstrap(x: np.ndarray, n: int, confidence: float, n_resamples: int, seed: int
@@ -355,14 +354,10 @@ def nash_bootstrap(x: np.ndarray, n: int, confidence: float, n_resamples: int, s
         support += p_b > 1e-6
     _, q_star, _, _ = maxent_nash(x.mean(axis=-1))
     est = x.mean(axis=-1) @ q_star
-    a = (1 - confidence) / 2
-    out = []
-    for i in range(p_count):
-        lo, hi = np.quantile(values[i], [a, 1 - a])
-        out.append(Interval(estimate=float(est[i]), low=float(round(min(lo, est[i]), 10)),
-                            high=float(round(max(hi, est[i]), 10)),
-                            method=f"bootstrap percentile (scenarios), equilibrium re-solved on each of {n_resamples} resamples",
-                            confidence=confidence, n=n, n_clusters=k))
+    low, high, _ = bootstrap_bounds(est, values, None, confidence)  # percentile: no jackknife of a re-solved game
+    out = [make_interval(float(e), float(lo), float(hi),
+                         f"bootstrap percentile (scenarios), equilibrium re-solved on each of {n_resamples} resamples",
+                         confidence, n, k) for e, lo, hi in zip(est, low, high)]
     return out, [float(s / n_resamples) for s in support]
 
 

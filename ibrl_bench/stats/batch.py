@@ -19,22 +19,15 @@ from ibrl_bench.stats.cells import _validate, metric_names, metric_values
 from ibrl_bench.stats.intervals import (
     Interval,
     check_confidence,
-    interval_of,
     proportion_intervals,
     scenario_mean_intervals,
-    scenario_means,
 )
-
-
-def interval_batch(observations: list[tuple[str, np.ndarray, np.ndarray]], confidence: float = 0.95) -> list[Interval]:
-    """Intervals for many (kind, values, scenario ids); kind is "rate" or "mean"."""
-    check_confidence(confidence)
-    return [interval_of(kind, np.asarray(v, float), c, confidence) for kind, v, c in observations]
 
 
 def _group_means(cell: np.ndarray, scenario: np.ndarray, values: np.ndarray, n_scenarios: int):
     """Per (cell, scenario): mean and count of `values`, in (cell, scenario) order. A scenario whose
-    values are all equal gets that value exactly (no rounding from summing), as in `scenario_means`."""
+    values are all equal gets that value exactly (no rounding from summing), as in
+    `intervals.scenario_means`."""
     code = cell * n_scenarios + scenario
     order = np.argsort(code, kind="stable")
     code, values = code[order], values[order]
@@ -87,5 +80,3 @@ def matrix_metrics(frame: pd.DataFrame, cell_columns: list[str], confidence: flo
             out[key][name] = iv
     return out
 
-
-__all__ = ["interval_batch", "matrix_metrics", "scenario_means"]

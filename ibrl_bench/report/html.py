@@ -377,7 +377,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 ["<td>proportional loss (gap / training score)</td>", _td(m.proportional_loss, True), "<td></td>"],
             ]
             for h in m.per_heldout:
-                worst = " <b>(worst)</b>" if h.scope == m.worst else ""
+                worst = " <b>(worst, selected)</b>" if h.scope == m.worst else ""
                 rows.append([f"<td>&nbsp;&nbsp;gap vs {esc(short(h.scope))}{worst}</td>", _td(h.difference, percent, True),
                              f'<td class="num" title="{esc(h.test.test)}">{_p(h.test.p_value)}</td>'])
             ivs = [m.gap.a, m.gap.b, m.gap.difference, m.proportional_loss, *(h.difference for h in m.per_heldout)]
@@ -393,6 +393,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
             body += (f'<h3>{esc(short(m.policy))}, trained against {esc(short(m.train_counterpart))}</h3>'
                      + _table([("", False), ("estimate [interval]", True), ("p", True)], rows)
                      + _note(ivs, f"{m.n_games} games, {m.n_dropped} dropped for a missing episode. Tests: {tests}.{holm}"))
+        body += "".join(f'<p class="note">{esc(n)}</p>' for n in detail.notes)
     return f'<section id="mismatch"><h2>Mismatch</h2>{body}</section>'
 
 

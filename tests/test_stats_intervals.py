@@ -19,6 +19,7 @@ from ibrl_bench.stats.intervals import (
     mean_interval,
     paired_interval,
     proportion_interval,
+    proportion_intervals,
     rate_interval,
     resample_counts,
 )
@@ -124,8 +125,7 @@ def test_rate_interval_coverage_at_the_edges():
         for k in SCENARIOS:
             for m in SEEDS:
                 y = clustered_rates(rng, p, k, m, 400)
-                sizes = np.full(k, m)
-                ivs = [proportion_interval(row, sizes) for row in y]
+                ivs = proportion_intervals([(row, np.full(k, m)) for row in y])
                 cover = np.mean([iv.low <= p <= iv.high for iv in ivs])
                 assert all(iv.high > iv.low for iv in ivs)
                 worst = min(worst, cover)
@@ -136,8 +136,8 @@ def test_rate_interval_coverage_at_the_edges():
 @pytest.mark.slow
 def test_paired_intervals_cover_at_20_scenarios():
     """20 scenarios; two policies share a scenario effect u ~ N(0, 1) on the probit scale (rates,
-    1/3/10 seeds) or the score scale (scores, 3 seeds, noise N(0, 1)). 400 replications per
-    setting, seed 21. Fails if any setting covers the true difference less than 0.93 (the old
+    1/3/10 seeds) or the score scale (scores, 3 seeds, noise N(0, 1)). 200 replications per
+    setting, seed 21 (binomial noise +-0.015 around coverage near 0.97). Fails if any setting covers the true difference less than 0.93 (the old
     paired bootstrap covered 0.90-0.92 here)."""
     rng = np.random.default_rng(21)
     u_truth = np.random.default_rng(0).normal(0, 1, 400_000)
@@ -145,7 +145,7 @@ def test_paired_intervals_cover_at_20_scenarios():
         a, b = stats.norm.ppf(pa) * np.sqrt(2), stats.norm.ppf(pb) * np.sqrt(2)
         truth = stats.norm.cdf(a + u_truth).mean() - stats.norm.cdf(b + u_truth).mean()
         for m in SEEDS:
-            u = rng.normal(0, 1, (400, 20))
+            u = rng.normal(0, 1, (200, 20))
             ya = rng.binomial(m, stats.norm.cdf(a + u)) / m
             yb = rng.binomial(m, stats.norm.cdf(b + u)) / m
             scen = np.arange(20)
@@ -154,7 +154,7 @@ def test_paired_intervals_cover_at_20_scenarios():
                 iv = paired_interval(ra, rb, scen, True, with_test=False).difference if m == 1 else \
                     _paired_means(ra, rb, m)
                 hits += iv.low <= truth <= iv.high
-            assert hits / 400 >= 0.93, (pa, pb, m, hits / 400)
+            assert hits / 200 >= 0.93, (pa, pb, m, hits / 200)
     hits = 0
     for _ in range(400):
         u = rng.normal(0, 1, 20)

@@ -189,6 +189,9 @@ def test_ranking_intervals_cover_the_truth():
     coverage = {k: h / (2 * n_sims) for k, h in hits.items()}
     pooled = sum(hits.values()) / (len(hits) * 2 * n_sims)
     print("ranking coverage:", coverage, "pooled:", pooled)
+    # Measured with these seeds: uniform 0.96, normalized 0.91, Nash 0.90. The Nash value is a
+    # max-min of cell means, not a smooth statistic, and its bootstrap interval runs a little
+    # short of nominal (docs/statistics.md says so); the bound below guards against worse.
     assert 0.91 <= pooled <= 0.985, pooled
     for name, cov in coverage.items():
         assert cov >= 0.87, (name, cov)

@@ -494,13 +494,15 @@ def _emit(result, renderable, as_json: bool) -> None:
 @_metric_option
 @_role_option
 @_confidence_option
+@click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also test equivalence (TOST): is |A - B| smaller than this margin?")
 @_json_option
-def compare(run, a, b, kind, metric, roles, confidence, as_json) -> None:
+def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None:
     """A minus B on the same games: paired by scenario, seed, role and opponent.
 
     A and B are two policies (or two counterparts) of the run, by spec or short name. Prints the
-    difference with a paired cluster-bootstrap interval and a p-value (exact McNemar with one pair
-    per scenario, else a permutation test over scenarios), overall and per cell.
+    difference with a paired interval over scenarios and the p-value of that interval inverted (they
+    always agree), overall and per cell, with Holm-adjusted p-values across the cells.
     """
     from ibrl_bench.report import tables
     from ibrl_bench.runs import resolve
@@ -516,7 +518,7 @@ def compare(run, a, b, kind, metric, roles, confidence, as_json) -> None:
                             f"policies: {', '.join(r.policies)}; counterparts: {', '.join(r.counterparts)}")
     choices = r.policies if kind == "policy" else r.counterparts
     a, b = resolve(a, choices, kind), resolve(b, choices, kind)
-    result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence)
+    result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence, margin=margin)
     _emit(result, tables.comparison(result), as_json)
 
 
@@ -532,29 +534,48 @@ def _resolves(name: str, choices: list[str]) -> bool:
 
 @cli.command()
 @click.argument("run", type=click.Path(file_okay=False))
-@click.option("--policy", "policies", multiple=True, required=True, metavar="P", help="Policy to test; repeatable (Holm-adjusted p-values across them).")
-@click.option("--train-counterpart", required=True, metavar="C", help="The counterpart the policy trained against.")
-@click.option("--heldout", multiple=True, metavar="H", help="Held-out counterparts (default: every other counterpart of the run).")
-@click.option("--reference", default=None, metavar="P0", help="Reference policy (e.g. the base model) for the difference-in-differences.")
+@click.option("--method", "methods", multiple=True, nargs=2, metavar="P C",
+              help="A policy and the counterpart it trained against; repeatable, one per method compared.")
+@click.option("--policy", "policies", multiple=True, metavar="P", help="Policy trained against --train-counterpart; repeatable.")
+@click.option("--train-counterpart", default=None, metavar="C", help="The counterpart the --policy policies trained against.")
+@click.option("--heldout", multiple=True, metavar="H", help="Held-out counterparts (default: every counterpart no method trained with).")
+@click.option("--reference", default=None, metavar="P0", help="Common reference policy (e.g. the shared starting checkpoint): "
+              "gives each method's difference-in-differences and the paired difference of those between methods.")
+@click.option("--view", type=click.Choice(["crossed", "panel"]), default="crossed", show_default=True,
+              help="crossed: held-out counterparts are a sample (resampled with scenarios); panel: they are fixed.")
+@click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also test equivalence (TOST): no mismatch (DiD, or gap without --reference) beyond this margin.")
+@click.option("--include-train-in-panel", is_flag=True, help="Allow a training counterpart in --heldout (refused otherwise).")
 @_metric_option
 @_role_option
 @_confidence_option
 @_json_option
-def mismatch(run, policies, train_counterpart, heldout, reference, metric, roles, confidence, as_json) -> None:
-    """Static-counterpart mismatch: score against the training counterpart minus the held-out panel.
+def mismatch(run, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
+             roles, confidence, as_json) -> None:
+    """Static-counterpart mismatch, and method vs method.
 
-    Paired by game (scenario, seed, role); with intervals, the proportional loss, the gap against
-    each held-out counterpart and the worst, and with --reference the difference-in-differences.
+    Each method's gap (score against its training counterpart minus the held-out panel, paired by
+    game), per held-out counterpart (Holm), and with --reference its difference-in-differences; with
+    several methods and --reference, the paired difference of their DiDs, with interval and p-value:
+
+        ibrl-bench mismatch RUN --method ibrl-ckpt boulware --method uni-ckpt fair --reference base
     """
     from ibrl_bench.report import tables
     from ibrl_bench.stats.mismatch import mismatch_many
 
     r, frame = _open_run(run, roles)
-    chosen = list(dict.fromkeys(r.resolve(p, "policy") for p in policies))
-    train = r.resolve(train_counterpart, "counterpart")
+    if policies and not train_counterpart:
+        raise UserError("--policy needs --train-counterpart C (or give each method as --method P C)")
+    pairs = [(r.resolve(p, "policy"), r.resolve(c, "counterpart")) for p, c in methods]
+    if train_counterpart:
+        train = r.resolve(train_counterpart, "counterpart")
+        pairs += [(r.resolve(p, "policy"), train) for p in policies]
     held = [r.resolve(h, "counterpart") for h in heldout] or None
     ref = r.resolve(reference, "policy") if reference else None
-    result = mismatch_many(frame, chosen, train, reference=ref, heldout=held, metric=metric, confidence=confidence)
+    identities = dict(r.manifest.identity.get("cards", {}))
+    result = mismatch_many(frame, methods=pairs, reference=ref, heldout=held, metric=metric, confidence=confidence,
+                           view=view, margin=margin, include_train_in_panel=include_train_in_panel,
+                           identities=identities)
     _emit(result, tables.mismatch(result), as_json)
 
 
@@ -615,18 +636,25 @@ def _int_list(ctx, param, value: str) -> list[int]:
 @click.option("--alpha", type=Finite(), default=0.05, show_default=True)
 @click.option("--power", type=Finite(), default=0.8, show_default=True)
 @click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
+@click.option("--domain", default="dealnodeal", show_default=True, help="Domain whose split caps the scenarios (with --from: the run's).")
+@click.option("--split", default="test", show_default=True, help="Split whose size caps the scenarios (with --from: the run's).")
 @_json_option
-def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, as_json) -> None:
+def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, domain, split,
+         as_json) -> None:
     """How many scenarios and seeds detect a difference of DELTA between two policies.
 
     From clustered standard errors (Miller 2024, "Adding Error Bars to Evals"): give --rate and
-    --icc, or --sd-between and --sd-within, or --from a pilot run to estimate them.
+    --icc, or --sd-between and --sd-within, or --from a pilot run to estimate them. Never asks for
+    more scenarios than the split holds: it says the smallest difference detectable with all of them.
     """
+    from ibrl_bench.domains import get_domain
     from ibrl_bench.report import tables
     from ibrl_bench.stats import power as pw
 
     if from_run:
-        _, frame = _open_run(from_run)
+        pilot, frame = _open_run(from_run)
+        domain = pilot.manifest.identity.get("domain", domain)
+        split = pilot.manifest.identity.get("split", split)
         components = pw.estimate_components(frame, metric, icc=icc, corr=corr, source=from_run)
     elif rate is not None:
         components = pw.from_rate(rate, 0.3 if icc is None else icc, 0.5 if corr is None else corr)
@@ -638,7 +666,9 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
     else:
         raise UserError("plan needs the variance: --rate R [--icc I], or --sd-between and --sd-within, "
                         "or --from RUN to estimate it from a pilot run")
-    result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired)
+    max_scenarios = len(get_domain(domain).scenario_set(split).scenarios)
+    result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired,
+                     max_scenarios=max_scenarios)
     _emit(result, tables.plan(result), as_json)
 
 

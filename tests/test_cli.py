@@ -40,7 +40,7 @@ def test_crossplay_without_arguments_runs_the_demo(tmp_path):
     results = json.loads((run / "results.json").read_text())
     assert len(results["cells"]) == 3 * 3 * 2
     assert results["complete"] and results["scenario_set"]["split"] == "test"
-    assert "Success@1" in proc.stdout and "wilson" in proc.stdout
+    assert "Success@1" in proc.stdout and "Clopper-Pearson" in proc.stdout
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["harness_version"] and manifest["scenario_set"]["hash"]
     assert manifest["identity"]["counterparts"] == [
@@ -60,7 +60,7 @@ def test_crossplay_writes_the_documented_results(tmp_path):
         m = cell["metrics"][name]
         assert set(m) >= {"estimate", "low", "high", "method", "confidence"}
         assert m["confidence"] == 0.95
-    assert "cluster bootstrap" in cell["metrics"]["agreement"]["method"]  # two seeds per scenario
+    assert "Kish effective n" in cell["metrics"]["agreement"]["method"]  # two seeds per scenario
     rows = list(csv.DictReader((out / "cells.csv").open()))
     assert len(rows) == 1 and float(rows[0]["agreement"]) == cell["metrics"]["agreement"]["estimate"]
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 16
@@ -118,6 +118,8 @@ def test_play_prints_one_episode_turn_by_turn():
         (["crossplay", "--policy", "scripted:dealnodeal/fair?beta=x&&", "--counterpart", "scripted:dealnodeal/fair"],
          ["scripted:dealnodeal/fair"]),
         (["crossplay", "--seeds", "-1"], ["--seeds"]),
+        (["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/fair",
+          "--scenarios", "708"], ["--scenarios 708", "546"]),
         (["show", "/nonexistent/run"], ["not a run folder"]),
         (["play", "--scenario", "99999"], ["out of range"]),
         (["play", "--role", "seller"], ["unknown role 'seller' for dealnodeal"]),

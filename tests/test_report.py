@@ -104,20 +104,36 @@ def test_analysis_commands(run_folder, one_seed_run, capsys):
     run = str(run_folder)
     code, out, err = cli("compare", run, "boulware", "fair", capsys=capsys)
     assert code == 0, err
-    assert "boulware - fair on success_at_1" in out and "all cells" in out and "paired permutation test" in out
-    code, out, _ = cli("compare", str(one_seed_run), "boulware", "fair", "--role", "a", capsys=capsys)
-    assert code == 0 and "exact McNemar" in out  # one pair per scenario in each cell
+    assert "boulware - fair on success_at_1" in out and "all cells" in out and "interval inverted" in out
+    assert "p (Holm)" in out and "adjusted over" in out
+    code, out, _ = cli("compare", str(one_seed_run), "boulware", "fair", "--role", "a", "--equivalence-margin", "0.2",
+                       capsys=capsys)
+    assert code == 0 and "TOST p" in out and "Clopper-Pearson" in out
     code, out, _ = cli("compare", run, "conceder", "random", "--json", capsys=capsys)
     assert code == 0 and json.loads(out)["kind"] == "counterpart"
 
     code, out, err = cli("mismatch", run, "--policy", "boulware", "--policy", "fair", "--train-counterpart",
                          "conceder", "--reference", "tit_for_tat", capsys=capsys)
     assert code == 0, err
-    assert "difference-in-differences" in out and "p (Holm)" in out and "worst" in out
+    assert "difference-in-differences" in out and "p (Holm)" in out and "worst (selected)" in out
+    assert "view: crossed" in out and "only 2 held-out counterparts" in out
+
+    # Method vs method: each policy with its own training counterpart, one reference.
+    code, out, err = cli("mismatch", run, "--method", "boulware", "conceder", "--method", "fair", "hardliner",
+                         "--reference", "tit_for_tat", "--view", "panel", "--equivalence-margin", "0.1", capsys=capsys)
+    assert code == 0, err
+    assert "method vs method" in out and "DiD(a) - DiD(b)" in out and "raw gap difference" in out
+    assert "view: panel fixed" in out and "TOST" in out
+    code, out, _ = cli("mismatch", run, "--method", "boulware", "conceder", "--method", "fair", "hardliner",
+                       "--reference", "tit_for_tat", "--json", capsys=capsys)
+    report = json.loads(out)
+    assert report["heldout"] == ["scripted:dealnodeal/random"] and len(report["comparisons"]) == 1
 
     code, out, _ = cli("rank", run, "--json", capsys=capsys)
     ranked = json.loads(out)
     assert code == 0 and "linprog" in ranked["nash"]["solver"]
+    assert all(r["rank_low"] <= r["rank"] <= r["rank_high"] or r["rank_low"] <= r["rank_high"] for r in ranked["uniform"])
+    assert all(0 <= v["p_support"] <= 1 for v in ranked["nash"]["values"])
     assert abs(sum(ranked["nash"]["counterpart_weights"].values()) - 1) < 1e-6
 
     code, out, _ = cli("passk", run, capsys=capsys)
@@ -134,6 +150,9 @@ def test_analysis_commands(run_folder, one_seed_run, capsys):
     (["compare", "{run}", "boulware", "fair", "--metric", "elo"], "unknown metric 'elo'"),
     (["mismatch", "{run}", "--policy", "nobody", "--train-counterpart", "conceder"], "policy 'nobody' is not in the run"),
     (["mismatch", "{run}", "--policy", "fair", "--train-counterpart", "fair"], "counterpart 'fair' is not in the run"),
+    (["mismatch", "{run}", "--method", "fair", "conceder", "--heldout", "conceder", "--heldout", "random"],
+     "--include-train-in-panel"),
+    (["mismatch", "{run}", "--policy", "fair"], "--train-counterpart"),
     (["rank", "{run}", "--role", "seller"], "role 'seller' is not in the run"),
     (["passk", "{one}"], "one seed per scenario"),
     (["plan", "--delta", "0.05"], "plan needs the variance"),

@@ -75,19 +75,19 @@ def test_policy_invalid_is_distinguished_from_invalid():
     assert m["max_turns"].estimate == 0.0
 
 
-def test_one_seed_per_scenario_uses_wilson_several_use_cluster_bootstrap():
+def test_one_seed_per_scenario_is_clopper_pearson_several_use_the_effective_n():
     one = frame([episode(f"s{i}", agreement=i % 3 != 0) for i in range(12)])
-    assert cell_metrics(one)["agreement"].method == "wilson"
-    assert cell_metrics(one)["policy_score"].method.startswith("bootstrap")
+    assert cell_metrics(one)["agreement"].method == "Clopper-Pearson (one episode per scenario)"
+    flat = cell_metrics(one)["policy_score"]  # every episode scores the same: no spread, no zero-width interval
+    assert flat.low is None and flat.method.startswith("none (every scenario mean is equal")
 
     several = frame([episode(f"s{i}", seed=k, agreement=k < i % 4, score=float(i + k))
                      for i in range(12) for k in range(3)])
-    m = cell_metrics(several, n_resamples=999)
-    assert m["agreement"].method == "cluster bootstrap BCa (scenarios)"
-    assert m["policy_score"].method == "cluster bootstrap BCa (scenarios)"
+    m = cell_metrics(several)
+    assert m["agreement"].method.startswith("Clopper-Pearson at Kish effective n")
+    assert m["policy_score"].method == "t on scenario means (scenarios)"
     assert (m["agreement"].n, m["agreement"].n_clusters) == (36, 12)
-    # Deterministic given the seed.
-    assert cell_metrics(several, n_resamples=999) == m
+    assert cell_metrics(several) == m
 
 
 def test_estimate_is_mean_of_scenario_means_with_unequal_counts():
@@ -108,7 +108,7 @@ def test_estimate_is_mean_of_scenario_means_with_unequal_counts():
     assert m["success_at_1"].estimate == pytest.approx((1 / 3 + 1 + 1) / 3)
     assert m["policy_score"].estimate == pytest.approx((2.0 + 9.0 + 4.0) / 3)  # 5.0, pooled 23/6
     assert m["policy_score"].n == 6 and m["policy_score"].n_clusters == 3
-    assert m["policy_score"].method.startswith("cluster bootstrap")
+    assert m["policy_score"].method.startswith("t on scenario means")
 
 
 def test_success_is_read_from_its_own_column():
@@ -134,4 +134,4 @@ def test_numeric_domain_metrics_are_means_over_episodes_where_defined():
         row["m_margin"] = margin
     m = cell_metrics(frame(rows))
     assert m["margin"].estimate == pytest.approx(0.3)  # the error row and the undefined one are out
-    assert m["margin"].n == 2 and "bootstrap" in m["margin"].method
+    assert m["margin"].n == 2 and m["margin"].method.startswith("t on scenario means")

@@ -70,10 +70,10 @@ def test_intervals_cover_the_population_values():
         ok = rng.random((60, 4)) < p[:, None]
         rows = [dict(policy="P", counterpart="C", scenario_id=f"s{i}", seed=k, success=bool(ok[i, k]))
                 for i in range(60) for k in range(4)]
-        (row,) = passk_table(frame(rows), ks=[2], n_resamples=999, seed=sim)
+        (row,) = passk_table(frame(rows), ks=[2])
         hits_at += row.pass_at_k.low <= truth_at <= row.pass_at_k.high
         hits_hat += row.pass_hat_k.low <= truth_hat <= row.pass_hat_k.high
     cov_at, cov_hat = hits_at / n_sims, hits_hat / n_sims
     print(f"pass@2 coverage {cov_at:.3f}, pass^2 coverage {cov_hat:.3f}")
-    # Measured with these seeds: pass@2 0.960, pass^2 0.955 (200 draws: +-0.015).
-    assert 0.91 <= cov_at <= 0.98 and 0.91 <= cov_hat <= 0.98, (cov_at, cov_hat)
+    # Fails if either covers less than 0.93 (200 draws: +-0.015 of binomial noise).
+    assert cov_at >= 0.93 and cov_hat >= 0.93, (cov_at, cov_hat)

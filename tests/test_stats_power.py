@@ -95,3 +95,25 @@ def test_planned_size_has_the_promised_power():
     print(f"planned {row.scenarios} scenarios x {seeds} seeds; simulated power {power:.3f}")
     # Measured with this seed: 0.798 (1,000 studies: +-0.013).
     assert 0.76 <= power <= 0.85, power
+
+
+def test_plan_never_asks_for_more_scenarios_than_the_split_holds():
+    """The issue's case: 0.05 at one seed needs more scenarios than the 546 of the test split."""
+    c = from_rate(0.8, icc=0.3, corr=0.5)
+    p = plan(0.05, c, seeds=[1, 8], max_scenarios=546)
+    one, eight = p.rows
+    assert one.needed > 546 and one.scenarios == 546 and not one.enough
+    # With all 546 scenarios the detectable difference is larger than asked, and consistent with
+    # the formula: at that difference exactly 546 scenarios suffice.
+    assert one.detectable > 0.05
+    assert scenarios_needed(one.detectable, variance_per_scenario(c, 1), 0.05, 0.8) == 546
+    assert eight.enough and eight.scenarios == eight.needed < 546 and eight.detectable is None
+
+
+def test_plan_from_a_pilot_gives_the_range_the_answer_moves_over():
+    c = Components(sd_between=0.2, sd_within=0.3, corr=0.5, source="pilot", n_scenarios=20)
+    (row,) = plan(0.1, c, seeds=[2]).rows
+    lo, hi = row.needed_range
+    assert lo < row.needed < hi  # 20 scenarios: the variance is known to within about x0.6 .. x2.1
+    assert hi / lo > 3
+    assert plan(0.1, c.model_copy(update={"n_scenarios": None}), seeds=[2]).rows[0].needed_range is None

@@ -129,34 +129,69 @@ def test_uniform_mean_and_normalized_iqm_on_a_known_matrix():
     assert r.uniform[0].policy == "A" and all(x.rank == 1 or x.rank == 2 for x in r.uniform)
 
 
+def test_ranks_come_from_paired_comparisons_and_rank_intervals_from_the_bootstrap():
+    """The issue's case: three policies whose marginal intervals overlap (a large scenario effect
+    shared by all), while the paired differences are clear. The marginal rule gave all three rank 1;
+    paired comparisons separate them, and the bootstrap rank intervals are narrow."""
+    rng = np.random.default_rng(2)
+    means = {("A", "c"): 0.6, ("B", "c"): 0.5, ("C", "c"): 0.4}
+    df = matrix_scores(rng, means, n_scenarios=40, n_seeds=1, sd_scenario=2.0, sd_noise=0.05)
+    r = rankings(df, metric="policy_score", nash_resamples=20)
+    uni = {x.policy: x for x in r.uniform}
+    assert rank_rule([uni[p].mean for p in "ABC"]) == [1, 1, 1]  # marginal intervals overlap
+    assert [uni[p].rank for p in "ABC"] == [1, 2, 3]
+    assert [(uni[p].rank_low, uni[p].rank_high) for p in "ABC"] == [(1, 1), (2, 2), (3, 3)]
+    assert "paired" in r.rank_rule
+
+
+def test_near_copies_are_merged_and_support_probabilities_reported():
+    """A column duplicated with an offset of 1e-9 must not move another policy's Nash value (it did
+    before: only exact copies were merged)."""
+    s = np.array([[0.5, 0.5], [0.2, 0.4]])
+    _, q, _, _ = maxent_nash(s)
+    _, q_dup, _, _ = maxent_nash(np.c_[s, s[:, 0] + 1e-9])
+    assert (np.c_[s, s[:, 0]] @ q_dup)[1] == pytest.approx((s @ q)[1], abs=1e-8)
+    rng = np.random.default_rng(3)
+    means = {(p, c): mu for p, row in {"A": [0.9, 0.3], "B": [0.3, 0.9], "C": [0.2, 0.2]}.items()
+             for c, mu in zip(["c1", "c2"], row)}
+    r = rankings(matrix_scores(rng, means, n_scenarios=20, n_seeds=1, sd_scenario=0.1, sd_noise=0.1),
+                 metric="policy_score", nash_resamples=40)
+    support = {v.policy: v.p_support for v in r.nash.values}
+    assert support["A"] > 0.9 and support["B"] > 0.9 and support["C"] < 0.1  # C is dominated
+    assert all("re-solved" in v.value.method for v in r.nash.values)
+
+
 @pytest.mark.slow
 def test_ranking_intervals_cover_the_truth():
     """Scores mu[policy, column] + u[scenario] + noise, 2 policies x 4 counterparts, 30 scenarios x 2
     seeds. Truth: uniform mean = mean of mu over columns; normalized IQM from mu / column best; Nash
-    value at the equilibrium weights q (held fixed, as the interval says) = mu @ q."""
+    value = mu @ q* at the population equilibrium q* (the interval re-solves the equilibrium on
+    every resample, so it carries the equilibrium's uncertainty). Fails if the pooled coverage
+    leaves [0.91, 0.985] or one kind falls below 0.87."""
     mu = {"A": [3.0, 2.0, 2.5, 1.0], "B": [1.5, 2.5, 1.0, 2.0]}
     means = {(p, f"c{j}"): v for p, row in mu.items() for j, v in enumerate(row)}
     m = np.array([mu["A"], mu["B"]])
     truth_uniform = m.mean(axis=1)
     truth_norm = stats.trim_mean(m / m.max(axis=0), 0.25, axis=1)
     rng = np.random.default_rng(8)
-    n_sims, hits = 60, {"uniform": 0, "normalized": 0, "nash": 0}
+    _, q_star, _, _ = maxent_nash(m)
+    n_sims, hits = 40, {"uniform": 0, "normalized": 0, "nash": 0}
     for sim in range(n_sims):
         df = matrix_scores(rng, means, n_scenarios=30, n_seeds=2, sd_scenario=1.0, sd_noise=1.0)
-        r = rankings(df, metric="policy_score", n_resamples=999, seed=sim)
-        q = np.array([c.weight for c in r.nash.columns])
+        r = rankings(df, metric="policy_score", n_resamples=999, seed=sim, nash_resamples=60)
         for k, p in enumerate(["A", "B"]):
             u = next(x for x in r.uniform if x.policy == p).mean
             n = next(x for x in r.normalized if x.policy == p).iqm
             v = next(x for x in r.nash.values if x.policy == p).value
             hits["uniform"] += u.low <= truth_uniform[k] <= u.high
             hits["normalized"] += n.low <= truth_norm[k] <= n.high
-            hits["nash"] += v.low <= m[k] @ q <= v.high
+            hits["nash"] += v.low <= m[k] @ q_star <= v.high
     coverage = {k: h / (2 * n_sims) for k, h in hits.items()}
     pooled = sum(hits.values()) / (len(hits) * 2 * n_sims)
     print("ranking coverage:", coverage, "pooled:", pooled)
-    # Measured with these seeds: uniform 0.933, normalized 0.942, Nash (weights fixed) 0.933;
-    # pooled 0.936 over 360 intervals (+-0.012).
+    # Measured with these seeds: uniform 0.96, normalized 0.91, Nash 0.90. The Nash value is a
+    # max-min of cell means, not a smooth statistic, and its bootstrap interval runs a little
+    # short of nominal (docs/statistics.md says so); the bound below guards against worse.
     assert 0.91 <= pooled <= 0.985, pooled
     for name, cov in coverage.items():
         assert cov >= 0.87, (name, cov)

@@ -3,9 +3,15 @@
 
 Per metric of the track (any cell metric, and `joint_score`: the points of both sides): the
 overall estimate is the uniform mean over the panel's cells (counterpart x role), and each
-counterpart's column the mean over its roles, both with the scenario-clustered bootstrap of `stats.ranking.uniform_means`. Episodes against a declared training
+counterpart's column the mean over its roles, both from the interval engine through
+`stats.ranking.uniform_means`. The overall column is read as generalisation to counterparts the
+policy never met, so its interval resamples scenarios and counterparts (the crossed view); a
+counterpart's own column resamples scenarios. Episodes against a declared training
 counterpart count only towards the mismatch: score against it minus the held-out panel, paired by
-game (`stats.mismatch`).
+game, in the crossed view (`stats.mismatch`).
+
+`SCORING_VERSION` numbers this recipe; a bundle states the one it was scored with, and the verifier
+refuses another (`ibrl-bench leaderboard rescore BUNDLE` recomputes it from the bundle's episodes).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from ibrl_bench.stats.ranking import uniform_means
 # The version of how an entry's numbers are computed from its episodes. Bundles state their numbers
 # and the verifier recomputes them: a change here (another interval method, resampling, seed)
 # bumps it, and bundles scored under another version are re-scored (`ibrl-bench leaderboard rescore`).
-SCORING_VERSION = 1
+# 1: the scenario bootstrap of the previous engine; 2: the interval engine, the overall column crossed.
+SCORING_VERSION = 2
 CONFIDENCE = 0.95
-N_RESAMPLES = 2000
 SEED = 0  # fixed, so that the verifier recomputes the very same intervals
 
 
@@ -40,12 +46,19 @@ class EntryScores(BaseModel):
     mismatch: Interval | None = None  # primary metric: vs the training counterpart minus the panel
 
 
-def _uniform_mean(frame, metric: str) -> Interval:
+def overall_interval(frame, metric: str, confidence: float = CONFIDENCE, seed: int = SEED) -> Interval:
+    """A board's overall column: the policy's uniform mean over the panel's cells, its interval
+    resampling scenarios and counterparts (with a single counterpart, scenarios only)."""
+    view = "crossed" if frame["counterpart"].nunique() >= 2 else "panel"
+    return _uniform_mean(frame, metric, view, confidence, seed)
+
+
+def _uniform_mean(frame, metric: str, view: str = "panel", confidence: float = CONFIDENCE,
+                  seed: int = SEED) -> Interval:
     """The one call into the interval engine for a board's columns: the uniform mean over the
-    frame's cells (counterpart x role) with its scenario-clustered interval."""
+    frame's cells (counterpart x role)."""
     try:
-        (only,) = uniform_means(frame, metric=metric, confidence=CONFIDENCE, n_resamples=N_RESAMPLES,
-                                seed=SEED).values()
+        (only,) = uniform_means(frame, metric=metric, confidence=confidence, view=view, seed=seed).values()
     except UserError:  # the metric is undefined on every episode here
         return Interval(estimate=None, low=None, high=None, method="none (no observations)",
                         confidence=CONFIDENCE, n=0, n_clusters=0)
@@ -62,7 +75,7 @@ def entry_scores(records: list[EpisodeRecord], track: Track, train_counterpart: 
     metrics = {}
     for metric in track.metrics:
         metrics[metric] = MetricSummary(
-            overall=_uniform_mean(panel, metric),
+            overall=overall_interval(panel, metric),
             per_counterpart={c: _uniform_mean(panel[panel["counterpart"] == c], metric) for c in track.counterparts},
         )
     gap = None
@@ -70,6 +83,6 @@ def entry_scores(records: list[EpisodeRecord], track: Track, train_counterpart: 
         heldout = [c for c in track.counterparts if c != train_counterpart]
         policy = str(frame["policy"].iloc[0])
         result = mismatch(frame, policy, train_counterpart, heldout=heldout, metric=track.primary,
-                          confidence=CONFIDENCE, n_resamples=N_RESAMPLES, seed=SEED)
+                          confidence=CONFIDENCE)
         gap = result.gap.difference
     return EntryScores(metrics=metrics, mismatch=gap)

@@ -250,6 +250,7 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
                     scenarios=len({r.scenario_id for r in records}), seeds=len({r.seed for r in records}))
     if counts != sub.counts:
         problems.append(f"counts: submission.json states {sub.counts.model_dump()}, the episodes give {counts.model_dump()}")
+        return verdict(len(records))
     scores = entry_scores(records, track, sub.train_counterpart)
     for metric, summary in scores.metrics.items():
         stated = sub.scores.metrics.get(metric)

@@ -260,8 +260,8 @@ def _matrix(page: _Page) -> str:
                       f'<tbody>{"".join(rows)}</tbody></table></div>{legend}</div>')
     return (f'<section id="matrix"><h2>The cross-play matrix</h2><p class="lead">Each policy (row) against '
             f"each counterpart, in each role the policy played. Estimates are means over scenarios of the "
-            f"per-scenario mean; intervals resample whole scenarios (or are Wilson intervals with one seed per "
-            f'scenario), so correlated seeds are not counted as independent evidence.</p>'
+            f"per-scenario mean; intervals treat the scenario as the unit (rates: Clopper-Pearson at the "
+            f'design-effect effective sample size), so correlated seeds are not counted as independent evidence.</p>'
             f'<div class="tabs">{"".join(tabs)}</div>{"".join(panels)}</section>')
 
 
@@ -383,7 +383,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 ["<td>proportional loss (gap / training score)</td>", _td(m.proportional_loss, True), "<td></td>"],
             ]
             for h in m.per_heldout:
-                worst = " <b>(worst)</b>" if h.scope == m.worst else ""
+                worst = " <b>(worst, selected)</b>" if h.scope == m.worst else ""
                 rows.append([f"<td>&nbsp;&nbsp;gap vs {esc(short(h.scope))}{worst}</td>", _td(h.difference, percent, True),
                              f'<td class="num" title="{esc(h.test.test)}">{_p(h.test.p_value)}</td>'])
             ivs = [m.gap.a, m.gap.b, m.gap.difference, m.proportional_loss, *(h.difference for h in m.per_heldout)]
@@ -399,6 +399,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
             body += (f'<h3>{esc(short(m.policy))}, trained against {esc(short(m.train_counterpart))}</h3>'
                      + _table([("", False), ("estimate [interval]", True), ("p", True)], rows)
                      + _note(ivs, f"{m.n_games} games, {m.n_dropped} dropped for a missing episode. Tests: {tests}.{holm}"))
+        body += "".join(f'<p class="note">{esc(n)}</p>' for n in detail.notes)
     return f'<section id="mismatch"><h2>Mismatch</h2>{body}</section>'
 
 
@@ -485,17 +486,19 @@ address bar then links to the episode.</p>
 
 def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
     items = [
-        ("unit of resampling", "the scenario: seeds, roles and counterparts of one scenario are correlated, so every "
-         "interval and permutation test resamples or permutes whole scenarios"),
-        ("cell intervals", f"Wilson score interval for rates with one seed per scenario; otherwise the cluster "
-         f"bootstrap over scenario means, BCa with a percentile fallback where BCa is undefined (10,000 resamples, "
-         f"vectorized across cells); confidence {page.results.confidence:.0%}"),
+        ("unit of replication", "the scenario: seeds, roles and counterparts of one scenario are correlated, so every "
+         "interval treats whole scenarios as the sample (docs/statistics.md)"),
+        ("cell intervals", f"rates: Clopper-Pearson at the Kish effective sample size with Korn-Graubard degrees of "
+         f"freedom (plain Clopper-Pearson with one seed per scenario), never zero-width at 0 or 1; scores: t on "
+         f"scenario means; confidence {page.results.confidence:.0%}"),
         ("estimates", "means over scenarios of per-scenario means; infrastructure errors are dropped, never scored "
          "as the policy's failure"),
         ("mismatch", "score against a counterpart minus the mean against the others, paired by game (scenario, "
-         "seed, role); paired cluster bootstrap"),
-        ("rankings", "uniform mean over (counterpart, role) columns with the rank rule; Nash averaging (maximum-"
-         "entropy equilibrium) with intervals at fixed weights; normalized score by column best, interquartile mean"),
+         "seed, role); matrix: paired t over scenarios (panel fixed); detail: the view named in its notes"),
+        ("p-values", "each p-value is its interval inverted: the interval excludes 0 exactly when p < 1 - level"),
+        ("rankings", "uniform mean over (counterpart, role) columns, ranks from paired comparisons (Holm) with "
+         "bootstrap rank intervals; Nash averaging (maximum-entropy equilibrium) re-solved on every bootstrap "
+         "resample; normalized score by column best, interquartile mean"),
     ]
     if rank is not None:
         items.append(("Nash solver", rank.nash.solver))

@@ -137,8 +137,16 @@ class Crossplay:
                 raise UserError("--contexts is a Deal-or-NoDeal option (Lewis-format context files)")
             from ibrl_bench.domains.dealnodeal.scenarios import load_lewis_contexts
 
-            return load_lewis_contexts(self.config.contexts_file).head(self.config.scenarios)
-        return self.domain.scenario_set(self.config.split, self.config.scenarios)
+            full = load_lewis_contexts(self.config.contexts_file)
+            where = f"{self.config.contexts_file} holds"
+        else:
+            full = self.domain.scenario_set(self.config.split)
+            where = f"the {self.config.split} split of {self.config.domain} has"
+        # Never run fewer scenarios than asked for without saying so.
+        if self.config.scenarios and self.config.scenarios > len(full.scenarios):
+            raise UserError(f"--scenarios {self.config.scenarios} is more than {where} ({len(full.scenarios)}); "
+                            f"give --scenarios {len(full.scenarios)} or fewer")
+        return full.head(self.config.scenarios)
 
     def _check_card_roles(self) -> None:
         seats = [(spec, self.roles) for spec in self.config.policies]

@@ -3,7 +3,7 @@
 Input is one row per episode. Episodes with status `error` are infrastructure failures (timeouts,
 HTTP errors): they are dropped before any metric is computed, so they never count as the policy's
 failure; `cell_counts` reports how many there were. Every metric is clustered by `scenario_id`
-(see `intervals.py`), so its estimate is the mean over scenarios of the per-scenario mean.
+(see `intervals.py`, the interval engine), so its estimate is the mean over scenarios of the per-scenario mean.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ibrl_bench.domains.base import STATUSES
-from ibrl_bench.stats.intervals import Interval, mean_interval, rate_interval
+from ibrl_bench.stats.intervals import Interval, interval_of
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "scenario_id", "seed", "status", "agreement", "success", "policy_score",
@@ -58,8 +58,7 @@ def cell_counts(df: pd.DataFrame) -> dict[str, int]:
 
 
 # The built-in metrics: (kind, how to read the per-episode value from the episode table). A
-# "rate" is a mean of 0/1 outcomes (Wilson when there is one seed per scenario), a "mean" a mean
-# of scores (always the bootstrap).
+# "rate" is a mean of 0/1 outcomes, a "mean" a mean of scores (intervals.py says how each is made).
 BUILTIN_METRICS: dict[str, tuple[str, Callable[[pd.DataFrame], pd.Series]]] = {
     "agreement": ("rate", lambda d: d["agreement"]),
     "success_at_1": ("rate", lambda d: d["success"]),
@@ -87,7 +86,7 @@ def metric_values(df: pd.DataFrame, name: str) -> tuple[str, pd.Series]:
     if col not in df.columns:
         raise ValueError(f"unknown metric {name!r}; metrics here: {', '.join(metric_names(df))}")
     defined = df[col].dropna()
-    kind = "rate" if all(isinstance(v, (bool, np.bool_)) for v in defined) else "mean"
+    kind = "rate" if pd.api.types.infer_dtype(defined, skipna=True) in ("boolean", "empty") else "mean"
     return kind, df[col].astype(float)
 
 
@@ -105,8 +104,7 @@ def cell_observations(df: pd.DataFrame) -> dict[str, tuple[str, np.ndarray, np.n
     return out
 
 
-def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> dict[str, Interval]:
+def cell_metrics(df: pd.DataFrame, confidence: float = 0.95) -> dict[str, Interval]:
     """Rates and mean scores of one cell, each with a scenario-clustered interval.
 
     Keys: agreement, success_at_1, policy_score, counterpart_score, invalid (any player broke the
@@ -115,8 +113,5 @@ def cell_metrics(df: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 
     domain metrics, whose denominators are the episodes where the metric is defined. An empty
     cell (or one with only errors) gives intervals whose estimate is None.
     """
-    kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return {
-        name: (rate_interval if kind == "rate" else mean_interval)(values, clusters, **kw)
-        for name, (kind, values, clusters) in cell_observations(df).items()
-    }
+    return {name: interval_of(kind, values, clusters, confidence)
+            for name, (kind, values, clusters) in cell_observations(df).items()}

@@ -84,14 +84,12 @@ def summarize(
     scenario_set: dict,
     n_planned: int,
     confidence: float = 0.95,
-    n_resamples: int = 10_000,
 ) -> Results:
     records = list(records)
     frame = episodes_frame(records)
     kinds = Counter(r.outcome.detail or "unknown" for r in records if r.outcome.status == "error")
-    # Every interval of the matrix in one vectorized pass (see stats/batch.py); the same
-    # estimators as cell_metrics, cheap enough for 10,000 resamples.
-    metrics = matrix_metrics(frame, CELL, confidence=confidence, n_resamples=n_resamples)
+    # Every interval of the matrix in one pass (see stats/batch.py); the same intervals as cell_metrics.
+    metrics = matrix_metrics(frame, CELL, confidence=confidence)
     usage = cell_usage(records)
     retries: dict[tuple[str, str, str], Counter] = {}
     for r in records:

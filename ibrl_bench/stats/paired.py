@@ -6,13 +6,12 @@ policy when counterparts are). Pairing removes the scenario-to-scenario variatio
 share, which is most of it: a paired difference is far more precise than the difference of two
 cell estimates.
 
-- The difference is the mean over scenarios of the per-scenario mean of paired differences, with a
-  cluster bootstrap over scenarios (BCa, percentile fallback): `cluster_bootstrap` of the paired
-  differences.
-- The p-value: with one pair per scenario and 0/1 outcomes, the pairs are independent, and the
-  exact McNemar test (a binomial test on the discordant pairs) applies. Otherwise (several seeds,
-  cells or scores) pairs of one scenario are correlated, and a permutation test flips the sign of
-  whole scenarios' mean differences.
+- The difference is the mean over scenarios of the per-scenario mean of paired differences, with
+  the engine's paired interval (`intervals.paired_interval`: MOVER of the two rate intervals for
+  rates, paired t for scores) and the p-value of that interval inverted, so the two always agree.
+- Per cell, p-values are Holm-adjusted across the cells (`p_holm`): reading the table for the
+  cell that differs is testing every cell.
+- With an equivalence margin m, TOST: is |A - B| < m?
 """
 
 from __future__ import annotations
@@ -25,8 +24,16 @@ from pydantic import BaseModel
 
 from ibrl_bench.errors import UserError
 from ibrl_bench.stats.cells import metric_values
-from ibrl_bench.stats.intervals import Interval, cluster_bootstrap, mean_interval, rate_interval
-from ibrl_bench.stats.resampling import TestResult, mcnemar, sign_flip_test
+from ibrl_bench.stats.intervals import (
+    Equivalence,
+    Interval,
+    TestResult,
+    holm,
+    mean_interval,
+    paired_interval,
+    proportion_interval,
+    scenario_means,
+)
 
 Kind = Literal["policy", "counterpart"]
 # The game and seat of an episode; with the opponent, the key of a pair.
@@ -40,7 +47,9 @@ class PairedDifference(BaseModel):
     a: Interval  # A's mean over the paired episodes
     b: Interval
     difference: Interval  # A minus B
-    test: TestResult
+    test: TestResult  # the difference's interval inverted: p < 1 - confidence iff it excludes 0
+    p_holm: float | None = None  # Holm-adjusted over the cells of a comparison (per-cell rows only)
+    equivalence: Equivalence | None = None  # TOST for |A - B| < margin, when a margin was given
 
 
 class Comparison(BaseModel):
@@ -50,7 +59,7 @@ class Comparison(BaseModel):
     metric: str
     confidence: float
     overall: PairedDifference
-    by_cell: list[PairedDifference]
+    by_cell: list[PairedDifference]  # p_holm: Holm over these cells
     n_unpaired: int  # scored episodes of A or B whose partner is missing (error, undefined metric)
 
 
@@ -66,26 +75,27 @@ def scored_with_metric(frame: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, 
     return out[out["y"].notna()], kind
 
 
+def side_interval(y: np.ndarray, scenarios: np.ndarray, binary: bool, confidence: float = 0.95) -> Interval:
+    """One side of a pair: a rate (0/1 per game, or a mean of rates such as the held-out panel's)
+    or a mean score, over scenarios."""
+    if binary:
+        return proportion_interval(*scenario_means(y, scenarios), confidence=confidence)
+    return mean_interval(y, scenarios, confidence)
+
+
 def paired_difference(ya: np.ndarray, yb: np.ndarray, scenarios: np.ndarray, binary: bool, scope: str, *,
-                      confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> PairedDifference:
-    """A versus B over aligned pairs (ya[i], yb[i]) played on scenarios[i]."""
+                      confidence: float = 0.95, margin: float | None = None) -> PairedDifference:
+    """A versus B over aligned pairs (ya[i], yb[i]) played on scenarios[i]; `binary`: both sides are
+    proportions in [0, 1]."""
     ya, yb = np.asarray(ya, float), np.asarray(yb, float)
-    kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
-    side = rate_interval if binary else mean_interval
-    diff = cluster_bootstrap(ya - yb, scenarios, **kw)
-    diff = diff.model_copy(update={"method": f"paired {diff.method}"})
-    sizes = pd.Series(scenarios).value_counts()
-    if binary and len(sizes) and (sizes == 1).all():
-        test = mcnemar(ya, yb)
-    else:
-        per_scenario = pd.Series(ya - yb).groupby(np.asarray(scenarios, dtype=str)).mean()
-        test = sign_flip_test(per_scenario.to_numpy(), n=len(ya), seed=seed)
-    return PairedDifference(scope=scope, a=side(ya, scenarios, **kw), b=side(yb, scenarios, **kw),
-                            difference=diff, test=test)
+    paired = paired_interval(ya, yb, scenarios, binary, confidence=confidence, margin=margin)
+    return PairedDifference(scope=scope, a=side_interval(ya, scenarios, binary, confidence),
+                            b=side_interval(yb, scenarios, binary, confidence), difference=paired.difference,
+                            test=paired.test, equivalence=paired.equivalence)
 
 
 def compare(frame: pd.DataFrame, a: str, b: str, *, kind: Kind = "policy", metric: str = "success_at_1",
-            confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> Comparison:
+            confidence: float = 0.95, margin: float | None = None) -> Comparison:
     """A minus B, paired by game and seat (see the module docstring), overall and per cell.
 
     `frame` is the episode table (`matrix.episodes_frame`), already narrowed to the counterparts
@@ -107,7 +117,7 @@ def compare(frame: pd.DataFrame, a: str, b: str, *, kind: Kind = "policy", metri
         raise UserError(f"{a} and {b} share no scored game (same {other}, scenario, seed and role) with a defined "
                         f"{metric}; compare two {kind}s that played the same games")
     binary = metric_kind == "rate"
-    kw = dict(confidence=confidence, n_resamples=n_resamples, seed=seed)
+    kw = dict(confidence=confidence, margin=margin)
     scen = pairs.index.get_level_values("scenario_id").astype(str).to_numpy()
     overall = paired_difference(pairs[a].to_numpy(), pairs[b].to_numpy(), scen, binary, "all cells", **kw)
     by_cell = []
@@ -115,5 +125,7 @@ def compare(frame: pd.DataFrame, a: str, b: str, *, kind: Kind = "policy", metri
         scope = f"vs {opponent}, role {role}" if kind == "policy" else f"{opponent} in role {role}"
         scen = group.index.get_level_values("scenario_id").astype(str).to_numpy()
         by_cell.append(paired_difference(group[a].to_numpy(), group[b].to_numpy(), scen, binary, scope, **kw))
+    adjusted = holm([d.test.p_value for d in by_cell])
+    by_cell = [d.model_copy(update={"p_holm": p}) for d, p in zip(by_cell, adjusted)]
     return Comparison(kind=kind, a=a, b=b, metric=metric, confidence=confidence, overall=overall,
                       by_cell=by_cell, n_unpaired=n_unpaired)

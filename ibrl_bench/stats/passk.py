@@ -8,8 +8,10 @@ With n seeds of a scenario, c of them successes:
 - pass^k, the chance that all k attempts succeed (reliability; Yao et al. 2024, tau-bench), by
   C(c, k) / C(n, k): the share of k-subsets that are all successes.
 
-Both are averaged over scenarios, with a bootstrap interval over scenarios. Only scenarios with at
-least k scored seeds count for k; pass@1 = pass^1 = Success@1.
+Both are averaged over scenarios. Each is a proportion per scenario, so its interval is the engine's
+rate interval (`intervals.proportion_interval`, the episodes of each scenario as its size): pass@1,
+pass^1 and the cell table's Success@1 are the same interval on the same data. Only scenarios with
+at least k scored seeds count for k.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import pandas as pd
 from pydantic import BaseModel
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.stats.intervals import Interval
+from ibrl_bench.stats.intervals import Interval, proportion_interval
 from ibrl_bench.stats.paired import scored_with_metric
-from ibrl_bench.stats.resampling import scenario_interval
 
 CELL = ["policy", "counterpart", "policy_role"]
 
@@ -53,21 +54,20 @@ class PassK(BaseModel):
 
 
 def passk_table(frame: pd.DataFrame, metric: str = "success_at_1", ks: list[int] | None = None,
-                confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> list[PassK]:
+                confidence: float = 0.95) -> list[PassK]:
     """pass@k and pass^k of every cell for k = 1 .. the largest number of seeds (or `ks`)."""
     data, kind = scored_with_metric(frame, metric)
     if kind != "rate":
         raise UserError(f"pass@k needs a success/failure metric; {metric} is a score")
     out = []
     for (policy, counterpart, role), rows in data.groupby(CELL, sort=False):
-        per = rows.groupby("scenario_id")["y"].agg(["size", "sum"])
+        per = rows.groupby(rows["scenario_id"].astype(str))["y"].agg(["size", "sum"])
         n_s, c_s = per["size"].to_numpy(), per["sum"].to_numpy().astype(int)
         for k in ks or range(1, int(n_s.max()) + 1):
             ok = n_s >= k
             at = np.array([pass_at_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok])])
             hat = np.array([pass_hat_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok])])
-            kw = dict(n=int(n_s[ok].sum()), confidence=confidence, n_resamples=n_resamples, seed=seed)
             out.append(PassK(policy=policy, counterpart=counterpart, policy_role=role, metric=metric, k=k,
-                             pass_at_k=scenario_interval(at, label="bootstrap", **kw),
-                             pass_hat_k=scenario_interval(hat, label="bootstrap", **kw)))
+                             pass_at_k=proportion_interval(at, n_s[ok], confidence),
+                             pass_hat_k=proportion_interval(hat, n_s[ok], confidence)))
     return out

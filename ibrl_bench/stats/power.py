@@ -44,13 +44,18 @@ class Components(BaseModel):
     sd_within: float = Field(ge=0)  # SD of an episode around its scenario's mean
     corr: float = Field(ge=-1, le=1)  # correlation of two policies' scenario means
     source: str  # where they come from ("given", "rate 0.80, icc 0.30", "estimated from RUN ...")
+    n_scenarios: int | None = None  # scenarios of the pilot run they were estimated from, if any
 
 
 class PlanRow(BaseModel):
     seeds: int
-    scenarios: int  # needed
+    scenarios: int  # to run: the number needed, or every scenario of the split when it needs more
     episodes: int  # per policy and cell: scenarios x seeds
     design_effect: float  # variance of a mean vs as many independent episodes: 1 + (K - 1) icc
+    needed: int  # scenarios the power calculation asks for (may exceed the split)
+    enough: bool = True  # the split holds `needed` scenarios
+    detectable: float | None = None  # smallest difference detected with `scenarios` (when not enough)
+    needed_range: tuple[int, int] | None = None  # `needed` at the pilot variance's 95% bounds
 
 
 class Plan(BaseModel):
@@ -60,6 +65,7 @@ class Plan(BaseModel):
     paired: bool
     components: Components
     rows: list[PlanRow]
+    max_scenarios: int | None = None  # scenarios the split holds
     method: str = METHOD
 
 
@@ -90,19 +96,42 @@ def detectable_difference(n_scenarios: int, variance: float, alpha: float = 0.05
     return z * math.sqrt(variance / n_scenarios)
 
 
+def variance_range(c: Components, confidence: float = 0.95) -> tuple[float, float] | None:
+    """How far the pilot's variance could be off: the chi-square interval of a variance estimated
+    from k scenarios (k - 1 degrees of freedom), as factors on the estimate."""
+    k = c.n_scenarios
+    if not k or k < 2:
+        return None
+    a = (1 - confidence) / 2
+    return (k - 1) / stats.chi2.ppf(1 - a, k - 1), (k - 1) / stats.chi2.ppf(a, k - 1)
+
+
 def plan(delta: float, components: Components, seeds: list[int], alpha: float = 0.05, power: float = 0.8,
-         paired: bool = True) -> Plan:
+         paired: bool = True, max_scenarios: int | None = None) -> Plan:
+    """Scenarios needed per number of seeds; never more than `max_scenarios` (the split's size):
+    where more would be needed, the row runs every scenario and says the smallest difference that
+    detects. With a pilot run, each row also gives the range the answer moves over as the pilot's
+    variance ranges over its 95% interval."""
     if delta <= 0:
         raise UserError(f"--delta must be positive, got {delta}")
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UserError("--alpha and --power must be strictly between 0 and 1")
     total = components.sd_between**2 + components.sd_within**2
     icc = components.sd_between**2 / total if total > 0 else 0.0
+    factors = variance_range(components)
     rows = []
     for k in seeds:
-        n = scenarios_needed(delta, variance_per_scenario(components, k, paired), alpha, power)
-        rows.append(PlanRow(seeds=k, scenarios=n, episodes=n * k, design_effect=1 + (k - 1) * icc))
-    return Plan(delta=delta, alpha=alpha, power=power, paired=paired, components=components, rows=rows)
+        var = variance_per_scenario(components, k, paired)
+        n = scenarios_needed(delta, var, alpha, power)
+        run = min(n, max_scenarios) if max_scenarios else n
+        enough = run == n
+        spread = (scenarios_needed(delta, var * factors[0], alpha, power),
+                  scenarios_needed(delta, var * factors[1], alpha, power)) if factors else None
+        rows.append(PlanRow(seeds=k, scenarios=run, episodes=run * k, design_effect=1 + (k - 1) * icc, needed=n,
+                            enough=enough, detectable=None if enough else detectable_difference(run, var, alpha, power),
+                            needed_range=spread))
+    return Plan(delta=delta, alpha=alpha, power=power, paired=paired, components=components, rows=rows,
+                max_scenarios=max_scenarios)
 
 
 def _anova(rows: pd.DataFrame) -> tuple[float, float] | None:
@@ -149,7 +178,8 @@ def estimate_components(frame: pd.DataFrame, metric: str = "success_at_1", icc: 
         corr = _policy_correlation(data, between)
         how += ", corr estimated" if corr is not None else ", one policy: corr 0"
         corr = 0.0 if corr is None else corr
-    return Components(sd_between=math.sqrt(between), sd_within=math.sqrt(within), corr=corr, source=how)
+    return Components(sd_between=math.sqrt(between), sd_within=math.sqrt(within), corr=corr, source=how,
+                      n_scenarios=int(data["scenario_id"].nunique()))
 
 
 def _policy_correlation(data: pd.DataFrame, between: float) -> float | None:

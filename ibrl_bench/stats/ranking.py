@@ -4,15 +4,17 @@ The matrix has one row per policy and one column per (counterpart, role of the p
 value is the mean over scenarios of its per-scenario mean. Only scenarios that every cell scored
 count, so that all rankings compare the same games.
 
-- Uniform mean: every column weighs the same. Rank = 1 + the number of policies whose interval
-  lies wholly above this one's (its lower bound above this one's upper bound), so policies whose
-  intervals overlap share a rank.
+- Uniform mean: every column weighs the same; its interval is the engine's rate interval (or t for
+  scores) over scenarios. Rank = 1 + the number of policies significantly above in the *paired*
+  comparison (same scenarios; Holm over all pairs), not from overlapping marginal intervals, which
+  are blind to the pairing. The rank interval: quantiles of each policy's rank over scenario
+  bootstrap resamples, all policies resampled with the same scenarios.
 - Nash averaging, agent-versus-task (Balduzzi et al. 2018, "Re-evaluating evaluation"): a zero-sum
   game where one player picks a policy and the other a column, the payoff being the score. Its
   maximum-entropy equilibrium weighs the columns; a policy's Nash value is its score against
   that mixture. Unlike the uniform mean it cannot be moved by adding easy counterparts or copies
-  of one: a duplicated column shares its weight with its copy (copies are merged before solving,
-  see `maxent_nash`). The game value comes from
+  of one: a duplicated column shares its weight with its copy (copies, equal within
+  `MERGE_TOLERANCE`, are merged before solving, see `maxent_nash`). The game value comes from
   `scipy.optimize.linprog` (HiGHS); among the optimal strategies of each player (a polytope), the
   one of maximum entropy (unique: entropy is strictly concave) is found by `scipy.optimize.minimize`
   (SLSQP) under the constraints that keep it optimal.
@@ -20,11 +22,14 @@ count, so that all rankings compare the same games.
   the interquartile mean (`scipy.stats.trim_mean`, 25% cut at each end; Agarwal et al. 2021), robust
   to a few odd columns.
 
-Intervals resample scenarios (`scipy.stats.bootstrap`, BCa, percentile fallback). For Nash values
-the column weights are held at the equilibrium of the full data; the interval says so.
+Bootstrap intervals resample scenarios (`intervals.bootstrap`). Nash values re-solve the
+equilibrium on every resample, so their intervals include the equilibrium's own uncertainty, and
+each policy's share of resamples in the equilibrium's support is reported.
 """
 
 from __future__ import annotations
+
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
@@ -32,9 +37,21 @@ from pydantic import BaseModel
 from scipy import linalg, optimize, stats
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.stats.intervals import Interval
+from ibrl_bench.stats.intervals import (
+    DEFAULT_RESAMPLES,
+    Interval,
+    bootstrap_bounds,
+    bootstrap_intervals,
+    crossed_interval,
+    holm,
+    paired_interval,
+    make_interval,
+    proportion_interval,
+    rank_bounds,
+    resampled_means,
+    scenario_mean_interval,
+)
 from ibrl_bench.stats.paired import scored_with_metric
-from ibrl_bench.stats.resampling import _none_if_nan, bootstrap_statistic
 
 NASH_SOLVER = ("game value by scipy.optimize.linprog (HiGHS); maximum-entropy equilibrium by "
                "scipy.optimize.minimize (SLSQP) over each player's optimal strategies, reduced first to "
@@ -44,7 +61,9 @@ NASH_SOLVER = ("game value by scipy.optimize.linprog (HiGHS); maximum-entropy eq
 class PolicyRank(BaseModel):
     policy: str
     mean: Interval
-    rank: int | None  # None when an interval is undefined (fewer than 2 scenarios)
+    rank: int | None  # 1 + policies significantly above in the paired comparison (Holm over pairs)
+    rank_low: int | None = None  # the rank interval: quantiles of the bootstrap distribution of ranks
+    rank_high: int | None = None
 
 
 class ColumnWeight(BaseModel):
@@ -56,11 +75,14 @@ class ColumnWeight(BaseModel):
 class NashValue(BaseModel):
     policy: str
     weight: float  # the policy's probability in the equilibrium (which policies the max player uses)
-    value: Interval  # score against the equilibrium mixture of columns
+    value: Interval  # score against the equilibrium mixture of columns, equilibrium re-solved per resample
+    p_support: float | None = None  # share of bootstrap resamples whose equilibrium puts weight on it
 
 
 class NashAveraging(BaseModel):
     solver: str
+    n_resamples: int = 0  # bootstrap resamples the equilibrium was re-solved on
+    merge_tolerance: float = 0.0  # rows or columns equal within this are merged before solving
     game_value: float
     columns: list[ColumnWeight]
     counterpart_weights: dict[str, float]  # summed over roles
@@ -83,6 +105,7 @@ class Rankings(BaseModel):
     normalized: list[NormalizedScore]
     normalized_dropped: list[tuple[str, str]]  # columns where the best policy scores <= 0
     columns_dropped: list[tuple[str, str]] = []  # columns some policy has no scored episode in
+    rank_rule: str = ""
 
 
 # ------------------------------------------------------------------------- Nash averaging
@@ -153,7 +176,7 @@ def _maxent(a_ub: np.ndarray, b_ub: np.ndarray, fallback: np.ndarray, scale: flo
     return x / x.sum()
 
 
-def maxent_nash(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+def maxent_nash(scores: np.ndarray, maxent: bool = True) -> tuple[np.ndarray, np.ndarray, float, str]:
     """Maximum-entropy Nash equilibrium of the zero-sum game where the row player (policies)
     maximizes and the column player (counterparts) minimizes `scores` (rows x columns).
 
@@ -161,29 +184,58 @@ def maxent_nash(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]
     the equilibria are the pairs of optimal strategies, so the maximum-entropy equilibrium is the
     pair of each player's maximum-entropy optimal strategy.
 
-    Exact copies (identical rows, or identical columns) are merged first and their weight split
+    Copies (rows, or columns, equal within `MERGE_TOLERANCE`) are merged first and their weight split
     equally afterwards. Without this, maximum entropy is not invariant to copies where the
     equilibrium is not unique: splitting a column's weight in two raises the entropy by
     weight x log 2, which pulls weight towards duplicated columns and moves the Nash values of
     policies outside the equilibrium. With it, a copied counterpart changes nothing.
     """
     s = np.asarray(scores, dtype=float)
-    rows, row_of = np.unique(s, axis=0, return_inverse=True)
-    merged, col_of = np.unique(rows, axis=1, return_inverse=True)
-    row_of, col_of = np.ravel(row_of), np.ravel(col_of)
-    p_u, q_u, value, solver = _maxent_nash_distinct(merged)
+    tol = MERGE_TOLERANCE * max(1.0, float(np.abs(s).max()))
+    row_of = _near_copies(s, tol)
+    rows = np.stack([s[row_of == g][0] for g in range(row_of.max() + 1)])
+    col_of = _near_copies(rows.T, tol)
+    merged = np.stack([rows[:, col_of == g][:, 0] for g in range(col_of.max() + 1)], axis=1)
+    p_u, q_u, value, solver = _maxent_nash_distinct(merged, maxent)
     p = p_u[row_of] / np.bincount(row_of)[row_of]
     q = q_u[col_of] / np.bincount(col_of)[col_of]
     return p, q, value, solver
 
 
-def _maxent_nash_distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+# Rows or columns whose scores all agree within this (relative to the largest score) are one
+# strategy: a counterpart listed twice, or two that differ by rounding noise, must not split weight.
+MERGE_TOLERANCE = 1e-6
+
+
+def _near_copies(s: np.ndarray, tol: float) -> np.ndarray:
+    """Group label of each row: rows within `tol` (max abs difference) of an earlier group's first
+    row join that group."""
+    labels = np.full(len(s), -1)
+    heads: list[int] = []
+    for i, row in enumerate(s):
+        for g, h in enumerate(heads):
+            if np.max(np.abs(row - s[h])) <= tol:
+                labels[i] = g
+                break
+        else:
+            labels[i] = len(heads)
+            heads.append(i)
+    return labels
+
+
+def _maxent_nash_distinct(s: np.ndarray, maxent: bool = True) -> tuple[np.ndarray, np.ndarray, float, str]:
     m, n = s.shape
     scale = max(1.0, float(np.abs(s).max()))
     # max v  s.t.  s.T @ p >= v,  sum p = 1,  p >= 0   (and the mirror problem for the columns)
     lp = optimize.linprog(np.r_[np.zeros(m), -1.0], A_ub=np.c_[-s.T, np.ones(n)], b_ub=np.zeros(n),
                           A_eq=np.r_[np.ones(m), 0.0][None], b_eq=[1.0],
                           bounds=[(0, None)] * m + [(None, None)], method="highs")
+    if not maxent and lp.status == 0:
+        # The column player's optimal strategy is the dual of the row player's LP (its constraint
+        # prices), which saves the second LP where only an equilibrium is needed.
+        q0 = np.clip(-np.asarray(lp.ineqlin.marginals, float), 0.0, None)
+        if q0.sum() > 0 and np.max(s @ (q0 / q0.sum())) <= lp.x[m] + 1e-7 * scale:
+            return lp.x[:m] / lp.x[:m].sum(), q0 / q0.sum(), float(lp.x[m]), "linprog (HiGHS) with its dual"
     lq = optimize.linprog(np.r_[np.zeros(n), 1.0], A_ub=np.c_[s, -np.ones(m)], b_ub=np.zeros(m),
                           A_eq=np.r_[np.ones(n), 0.0][None], b_eq=[1.0],
                           bounds=[(0, None)] * n + [(None, None)], method="highs")
@@ -191,6 +243,8 @@ def _maxent_nash_distinct(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
         raise RuntimeError(f"linprog failed on the Nash game: {lp.message} / {lq.message}")
     value = float(lp.x[m])
     p0, q0 = lp.x[:m] / lp.x[:m].sum(), lq.x[:n] / lq.x[:n].sum()
+    if not maxent:
+        return p0, q0, value, "linprog (HiGHS)"
     # Loosen the optimality faces by a hair, so that rounding in the LP value cannot make them empty.
     tol = 1e-9 * scale
     p = _maxent(-s.T, -(value - tol) * np.ones(n), p0, scale)
@@ -233,36 +287,78 @@ def scenario_tensor(frame: pd.DataFrame, metric: str
     return np.moveaxis(values, 0, -1), policies, columns, all_scenarios - len(complete), n, dropped_columns
 
 
-def _uniform(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis).mean(axis=1)
+def _uniform(m: np.ndarray) -> np.ndarray:
+    """policies x columns x B -> policies x B"""
+    return m.mean(axis=1)
 
 
 def _weighted(weights: np.ndarray):
-    def stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.tensordot(np.moveaxis(np.mean(x, axis=axis), 1, -1), weights, axes=([-1], [0]))
+    def stat(m: np.ndarray) -> np.ndarray:
+        return np.einsum("pcb,c->pb", m, weights)
     return stat
 
 
-def _normalized_iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    cells = np.mean(x, axis=axis)  # policies x columns (x resamples)
-    best = cells.max(axis=0, keepdims=True)
+def _normalized_iqm(m: np.ndarray) -> np.ndarray:
+    best = m.max(axis=0, keepdims=True)
     # A resample where every policy scores 0 in a column: all are as good as the best there.
-    norm = np.divide(cells, best, out=np.ones_like(cells), where=best > 0)
+    norm = np.divide(m, best, out=np.ones_like(m), where=best > 0)
     return stats.trim_mean(norm, 0.25, axis=1)
 
 
 def _intervals(x: np.ndarray, statistic, method: str, n: int, confidence: float, n_resamples: int,
                seed: int) -> list[Interval]:
-    est, low, high, used = bootstrap_statistic([x], statistic, confidence=confidence, n_resamples=n_resamples,
-                                               seed=seed)
-    k = x.shape[-1]
-    out = []
-    for e, lo, hi, u in zip(est, low, high, used):
-        how = ("none (fewer than 2 scenarios)" if k < 2
-               else method.format("BCa" if u else "percentile"))
-        out.append(Interval(estimate=_none_if_nan(e), low=_none_if_nan(lo), high=_none_if_nan(hi), method=how,
-                            confidence=confidence, n=n, n_clusters=k))
-    return out
+    return bootstrap_intervals(x, statistic, method, n=n, confidence=confidence, n_resamples=n_resamples, seed=seed)
+
+
+RANK_RULE = ("rank = 1 + policies whose paired difference over scenarios is significantly above (Holm over all "
+             "pairs); rank interval = the {lo:g}% and {hi:g}% quantiles of the ranks in the scenario bootstrap")
+
+
+def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
+    """Rank of each policy from its paired comparisons: 1 + the policies whose uniform mean is
+    above its own by a paired interval that excludes 0, Holm-adjusted over every pair. The pairs
+    are per-scenario uniform means (proportions, not single trials), so the paired t applies."""
+    per = x.mean(axis=1)  # policies x scenarios: each scenario's uniform mean over columns
+    m, k = per.shape
+    scen = np.arange(k)
+    pairs = list(combinations(range(m), 2))
+    tests = [paired_interval(per[i], per[j], scen, False, confidence=confidence) for i, j in pairs]
+    p_holm = holm([t.test.p_value for t in tests])
+    above = np.zeros(m, int)
+    for (i, j), t, p in zip(pairs, tests, p_holm):
+        if p is not None and p < 1 - confidence:
+            loser = j if t.difference.estimate > 0 else i  # type: ignore[operator]
+            above[loser] += 1
+    return [int(1 + a) for a in above]
+
+
+def rank_intervals(x: np.ndarray, confidence: float, n_resamples: int, seed: int) -> tuple[list[int], list[int]]:
+    """Quantiles of each policy's rank (1 + policies strictly above) over scenario bootstrap
+    resamples, all policies resampled with the same scenarios."""
+    return rank_bounds(_uniform(resampled_means(x, n_resamples, seed)), confidence)
+
+
+def nash_bootstrap(x: np.ndarray, n: int, confidence: float, n_resamples: int, seed: int
+                   ) -> tuple[list[Interval], list[float]]:
+    """Nash values with the equilibrium re-solved on every scenario resample, so their intervals
+    carry the equilibrium's own uncertainty; and each policy's share of resamples in the support."""
+    p_count, k = x.shape[0], x.shape[-1]
+    cells = resampled_means(x, n_resamples, seed)  # policies x columns x B
+    values = np.empty((p_count, n_resamples))
+    support = np.zeros(p_count)
+    for b in range(n_resamples):
+        # The LP's equilibrium: on resampled data the equilibrium is generically unique, and then
+        # it is the maximum-entropy one (whose extra LPs would cost ten times as much per resample).
+        p_b, q_b, _, _ = maxent_nash(cells[:, :, b], maxent=False)
+        values[:, b] = cells[:, :, b] @ q_b
+        support += p_b > 1e-6
+    _, q_star, _, _ = maxent_nash(x.mean(axis=-1))
+    est = x.mean(axis=-1) @ q_star
+    low, high, _ = bootstrap_bounds(est, values, None, confidence)  # percentile: no jackknife of a re-solved game
+    out = [make_interval(float(e), float(lo), float(hi),
+                         f"bootstrap percentile (scenarios), equilibrium re-solved on each of {n_resamples} resamples",
+                         confidence, n, k) for e, lo, hi in zip(est, low, high)]
+    return out, [float(s / n_resamples) for s in support]
 
 
 def rank_rule(intervals: list[Interval]) -> list[int | None]:
@@ -282,35 +378,79 @@ def _tensor(frame: pd.DataFrame, metric: str):
     return x, policies, columns, dropped, n, dropped_columns
 
 
+def _policy_sizes(frame: pd.DataFrame, metric: str, policies: list[str], columns: list[tuple[str, str]],
+                  k: int) -> tuple[str, dict[str, np.ndarray]]:
+    """The metric's kind, and per policy the scored episodes behind each of the scenarios of the tensor."""
+    data, kind = scored_with_metric(frame, metric)
+    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"])]]
+    sizes = {}
+    for p in policies:
+        per = data[data["policy"] == p].groupby(data["scenario_id"].astype(str)).size()
+        sizes[p] = per.to_numpy()
+    return kind, sizes
+
+
 def uniform_means(frame: pd.DataFrame, metric: str = "success_at_1", confidence: float = 0.95,
-                  n_resamples: int = 2000, seed: int = 0) -> dict[str, Interval]:
-    """The first of the rankings alone: each policy's uniform mean over columns, with its interval
-    (the same numbers as `rankings(...).uniform`, without the cost of the other two)."""
-    x, policies, _, _, n, _ = _tensor(frame, metric)
-    means = _intervals(x, _uniform, UNIFORM_METHOD, n=n, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return dict(zip(policies, means))
+                  view: str = "panel", n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Interval]:
+    """Each policy's uniform mean over columns (counterpart x role), with its interval.
+
+    view "panel": the columns are fixed, scenarios resampled: the engine's rate interval (rates) or
+    t over scenarios (scores) on each scenario's mean over columns. view "crossed": the counterparts
+    are a sample too (`intervals.crossed_interval` over scenarios x counterparts, roles averaged
+    within a counterpart), the interval a claim of generalisation to unseen counterparts needs."""
+    x, policies, columns, _, n, _ = _tensor(frame, metric)
+    k = x.shape[-1]
+    kind, sizes = _policy_sizes(frame, metric, policies, columns, k)
+    out = {}
+    for i, p in enumerate(policies):
+        per_scenario = x[i].mean(axis=0)
+        if view == "crossed":
+            counterparts = list(dict.fromkeys(c for c, _ in columns))
+            by_cp = np.stack([x[i][[j for j, (c, _) in enumerate(columns) if c == cp]].mean(axis=0)
+                              for cp in counterparts], axis=1)  # scenarios x counterparts
+            out[p] = crossed_interval(by_cp, n=n // len(policies), confidence=confidence, n_resamples=n_resamples,
+                                      seed=seed, limits=(0.0, 1.0) if kind == "rate" else None).difference
+        elif kind == "rate" and len(sizes[p]) == k:
+            out[p] = proportion_interval(per_scenario, sizes[p], confidence)
+        else:
+            out[p] = scenario_mean_interval(per_scenario, n // len(policies), confidence)
+    return out
 
 
 def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: float = 0.95,
-             n_resamples: int = 2000, seed: int = 0) -> Rankings:
+             n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, nash_resamples: int = 200) -> Rankings:
+    """The three rankings. Uniform: intervals as `uniform_means`, ranks from paired comparisons,
+    rank intervals from the bootstrap; Nash: the equilibrium re-solved on `nash_resamples`
+    scenario resamples; IQM: the scenario bootstrap."""
     x, policies, columns, dropped, n, dropped_columns = _tensor(frame, metric)
     k = x.shape[-1]
     kw = dict(n=n, confidence=confidence, n_resamples=n_resamples, seed=seed)
-
-    means = _intervals(x, _uniform, UNIFORM_METHOD, **kw)
-    uniform = [PolicyRank(policy=p, mean=iv, rank=r) for p, iv, r in zip(policies, means, rank_rule(means))]
+    means_by = uniform_means(frame, metric, confidence, "panel", n_resamples, seed)
+    means = [means_by[p] for p in policies]
+    if k >= 2:
+        ranks = paired_ranks(x, confidence)
+        lows, highs = rank_intervals(x, confidence, n_resamples, seed)
+    else:
+        ranks, lows, highs = [None] * len(policies), [None] * len(policies), [None] * len(policies)
+    uniform = [PolicyRank(policy=p, mean=iv, rank=r, rank_low=lo, rank_high=hi)
+               for p, iv, r, lo, hi in zip(policies, means, ranks, lows, highs)]
 
     cells = x.mean(axis=-1)
     p_star, q_star, value, solver = maxent_nash(cells)
-    nash_ivs = _intervals(x, _weighted(q_star), "cluster bootstrap {} (scenarios), Nash weights held fixed", **kw)
+    if k >= 2:
+        nash_ivs, in_support = nash_bootstrap(x, n, confidence, nash_resamples, seed)
+    else:
+        nash_ivs = _intervals(x, _weighted(q_star), "none {}", **kw)
+        in_support = [None] * len(policies)
     counterpart_weights: dict[str, float] = {}
     for (c, _), w in zip(columns, q_star):
         counterpart_weights[c] = counterpart_weights.get(c, 0.0) + float(w)
     nash = NashAveraging(
-        solver=solver, game_value=value,
+        solver=solver, game_value=value, n_resamples=nash_resamples if k >= 2 else 0, merge_tolerance=MERGE_TOLERANCE,
         columns=[ColumnWeight(counterpart=c, policy_role=r, weight=float(w)) for (c, r), w in zip(columns, q_star)],
         counterpart_weights=counterpart_weights,
-        values=[NashValue(policy=p, weight=float(w), value=iv) for p, w, iv in zip(policies, p_star, nash_ivs)],
+        values=[NashValue(policy=p, weight=float(w), value=iv, p_support=s)
+                for p, w, iv, s in zip(policies, p_star, nash_ivs, in_support)],
     )
 
     keep = cells.max(axis=0) > 0
@@ -327,4 +467,5 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
         nash=nash,
         normalized=[NormalizedScore(policy=p, iqm=iv) for p, iv in zip(policies, norm_ivs)],
         normalized_dropped=norm_dropped, columns_dropped=dropped_columns,
+        rank_rule=RANK_RULE.format(lo=100 * (1 - confidence) / 2, hi=100 * (1 + confidence) / 2),
     )

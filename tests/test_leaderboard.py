@@ -11,13 +11,15 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from ibrl_bench.agents.cards import load_card
 from ibrl_bench.domains import get_domain
 from ibrl_bench.leaderboard import files
-from ibrl_bench.leaderboard.board import Entry, build_board, rank_entries, render_md, write_board
+from ibrl_bench.leaderboard.board import build_board, render_md, write_board
 from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.scoring import SCORING_VERSION
@@ -447,18 +449,30 @@ def test_the_shipped_boards_are_built_from_reference_bundles_that_verify(monkeyp
     assert seeded >= 10
 
 
-def _entry(name: str, low: float, est: float, high: float) -> Entry:
-    iv = Interval(estimate=est, low=low, high=high, method="test", confidence=0.95, n=10, n_clusters=10)
-    return Entry(rank=None, name=name, org=None, policy=f"scripted:dealnodeal/{name}", model={}, estimate=iv,
-                 per_counterpart={}, first_seen="2026-12-01T00:00:00+00:00",
-                 submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
+def _board_frame(shifts: dict[str, float], scenarios: int = 30, seed: int = 7) -> pd.DataFrame:
+    """Episodes of entries on the same games: a common per-game score plus each entry's shift and a
+    little noise of its own, so marginal intervals overlap while paired differences are clear."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(2, 8, size=(scenarios, 2))  # scenario x counterpart
+    rows = []
+    for name, shift in shifts.items():
+        noise = rng.normal(0, 0.2, size=base.shape)
+        for s in range(scenarios):
+            for c, cp in enumerate(("x", "y")):
+                rows.append({"key": f"{name}-{s}-{cp}", "policy": name, "counterpart": cp, "policy_role": "a",
+                             "scenario_id": f"s{s}", "seed": 0, "status": "ok", "agreement": True, "success": True,
+                             "policy_score": base[s, c] + shift + noise[s, c], "counterpart_score": 5.0,
+                             "policy_violated": False, "turns": 4, "attempts": 1})
+    return pd.DataFrame(rows)
 
 
-def test_ranks_follow_the_rule_on_a_constructed_board():
-    # A [.80,.90]  B [.70,.85]  D [.55,.75]  C [.50,.60]
-    ranked = rank_entries([_entry("c", 0.50, 0.55, 0.60), _entry("a", 0.80, 0.85, 0.90),
-                           _entry("d", 0.55, 0.65, 0.75), _entry("b", 0.70, 0.78, 0.85)])
-    assert [(e.name, e.rank) for e in ranked] == [("a", 1), ("b", 1), ("d", 2), ("c", 3)]
+def test_board_ranks_come_from_paired_comparisons_on_the_same_games():
+    # Fails if ranks came from overlapping marginal intervals (a and b would share rank 1), or if
+    # two entries that play alike were split: b and c are equal up to noise, d far below.
+    from ibrl_bench.leaderboard.board import board_ranks
+
+    ranks = board_ranks(_board_frame({"a": 0.6, "b": 0.0, "c": 0.0, "d": -3.0}), "policy_score")
+    assert ranks == {"a": (1, (1, 1)), "b": (2, (2, 3)), "c": (2, (2, 3)), "d": (4, (4, 4))}
 
 
 def test_the_board_markdown_has_a_column_per_counterpart(bundle):

@@ -5,9 +5,10 @@ Every metric of the track is shown with its interval, overall and per counterpar
 ranked. One row per submitter name: its latest verified bundle (not its best), with how many
 bundles were submitted under that name. "Latest" and the order of ties come from the ledger,
 which records when a build first saw each bundle (by the hash of its submission.json), never from
-the date a bundle states about itself. Rank = 1 + the number of entries whose lower bound is above
-this one's upper bound (`stats.ranking.rank_rule`), so entries whose intervals overlap share a
-rank. A bundle that fails, however it fails, is listed under the board with its reason; a track
+the date a bundle states about itself. Entries play the same games (scenarios, seeds, roles and
+counterparts of the track), so they are ranked by paired comparisons on those games
+(`stats.ranking.paired_rank_ranges`): rank = 1 + the entries significantly above, and the range of
+ranks the comparisons allow. A bundle that fails, however it fails, is listed under the board with its reason; a track
 where a counterpart's column is the same for every entry is refused (it carries no information).
 The build is deterministic: the same bundles and ledger give the same files, byte for byte.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
+
+import pandas as pd
 
 from pydantic import BaseModel, PrivateAttr
 
@@ -30,11 +33,13 @@ from ibrl_bench.leaderboard.track import Track, check_pins, track_folder
 from ibrl_bench.leaderboard.verify import REASKED, Verdict, read_submission, verify_bundle
 from ibrl_bench.report.terminal import fmt, short
 from ibrl_bench.runner.store import now_iso
-from ibrl_bench.stats.intervals import Interval
-from ibrl_bench.stats.ranking import rank_rule
+from ibrl_bench.stats.intervals import Interval, few_counterparts_note
+from ibrl_bench.stats.ranking import paired_rank_ranges, scenario_tensor
 
 BOARD_JSON, BOARD_MD, LEDGER = "board.json", "board.md", "ledger.json"
-RANK_RULE = "1 + the number of entries whose lower bound is above this entry's upper bound"
+RANK_RULE = ("1 + the number of entries above it by a paired comparison on the same games (paired t over the "
+             "scenarios' uniform means, the panel fixed, Holm over all pairs); in brackets, the ranks those "
+             "comparisons allow (down to the number of entries minus those significantly below it)")
 PERCENT = {"success_at_1", "agreement", "pareto_optimal"}
 LABELS = {"success_at_1": "Success@1", "agreement": "agreement", "pareto_optimal": "Pareto",
           "policy_score": "policy score", "counterpart_score": "counterpart score", "joint_score": "joint score"}
@@ -51,6 +56,7 @@ def label(metric: str, domain: str = "", unit: bool = True) -> str:
 
 class Entry(BaseModel):
     rank: int | None
+    rank_range: tuple[int, int] | None = None  # the rank interval
     name: str
     org: str | None
     policy: str
@@ -99,11 +105,20 @@ class Board(BaseModel):
     _ledger: Ledger | None = PrivateAttr(default=None)
 
 
-def rank_entries(entries: list[Entry]) -> list[Entry]:
-    """Entries with their rank by the rule, best estimate first (ties: first seen first)."""
-    ranks = rank_rule([e.estimate for e in entries])
-    ranked = [e.model_copy(update={"rank": r}) for e, r in zip(entries, ranks)]
-    return sorted(ranked, key=lambda e: (-(e.estimate.estimate if e.estimate.estimate is not None else -1e300),
+def board_ranks(frame, metric: str, confidence: float = CONFIDENCE) -> dict[str, tuple[int, tuple[int, int]]]:
+    """Each entry's rank and the range of ranks its paired comparisons allow, from its episodes
+    against the panel: `frame` holds every entry's episodes, its `policy` column naming the entry."""
+    x, labels, *_ = scenario_tensor(frame, metric)
+    return {label: (lo, (lo, hi)) for label, (lo, hi) in zip(labels, paired_rank_ranges(x, confidence))}
+
+
+def rank_entries(entries: list[Entry], ranks: dict[str, tuple[int, tuple[int, int]]]) -> list[Entry]:
+    """Entries with their rank (`board_ranks`, by bundle), best rank first, then the best estimate
+    (ties: first seen first)."""
+    ranked = [e.model_copy(update={"rank": ranks[e.bundle][0], "rank_range": ranks[e.bundle][1]})
+              if e.bundle in ranks else e for e in entries]
+    return sorted(ranked, key=lambda e: (e.rank if e.rank is not None else len(entries) + 1,
+                                         -(e.estimate.estimate if e.estimate.estimate is not None else -1e300),
                                          e.first_seen, e.name))
 
 
@@ -180,8 +195,10 @@ def build_board(track: Track, root: Path | None = None) -> Board:
     for name, v, seen in sorted(verdicts, key=lambda x: (x[2], x[0])):
         latest[slug(v.submission.name)] = (name, v, seen)
     entries = []
+    frames = []
     for key, (name, v, seen) in latest.items():
         s = v.submission
+        frames.append(_panel_frame(track, root, name, s))
         summary = s.scores.metrics[track.primary]
         entries.append(Entry(rank=None, name=s.name, org=s.org, policy=s.policy, model=s.model,
                              estimate=summary.overall, per_counterpart=summary.per_counterpart,
@@ -192,12 +209,35 @@ def build_board(track: Track, root: Path | None = None) -> Board:
     refused = constant_column(track, entries)
     if refused:
         raise UserError(refused)
+    ranks = board_ranks(pd.concat(frames, ignore_index=True), track.primary) if len(entries) > 1 else {
+        e.bundle: (1, (1, 1)) for e in entries}
     board = Board(track=TrackRef(id=track.id, version=track.version, hash=track.hash), metric=track.primary,
                   metrics=track.metrics, confidence=CONFIDENCE, rank_rule=RANK_RULE, counterparts=track.counterparts,
-                  entries=rank_entries(entries), rejected=rejected, closed=closed,
+                  entries=rank_entries(entries, ranks), rejected=rejected, closed=closed,
                   built_with=f"ibrl-bench {__version__}")
     board._ledger = ledger
     return board
+
+
+def _panel_frame(track: Track, root: Path | None, bundle: str, sub):
+    """A verified bundle's episodes against the panel (not its training counterpart), one row per
+    episode, the `policy` column naming the bundle so that two entries of one policy stay apart."""
+    from ibrl_bench.leaderboard.verify import read_episodes
+    from ibrl_bench.stats.matrix import episodes_frame
+
+    folder = files.bundle_folder(track_folder(track.id, root) / SUBMISSIONS / bundle)
+    records = read_episodes(folder, sub.files["episodes"].path)
+    frame = episodes_frame(r for r in records if r.counterpart in track.counterparts)
+    frame["policy"] = bundle
+    return frame
+
+
+def _rank(e: Entry) -> str:
+    if e.rank is None:
+        return "-"
+    if e.rank_range is None or e.rank_range == (e.rank, e.rank):
+        return str(e.rank)
+    return f"{e.rank} [{e.rank_range[0]}-{e.rank_range[1]}]"
 
 
 def _cell(iv: Interval | None, metric: str) -> str:
@@ -222,10 +262,13 @@ def render_md(board: Board, track: Track) -> str:
         f"Track hash `{board.track.hash}`; {track.split} split, {track.scenarios.n} scenarios "
         f"({track.scenarios.version}, hash `{track.scenarios.hash}`) x {track.seeds} seed(s) x roles "
         f"{', '.join(track.roles)}. Ranked on **{label(m, d, unit=False)}** (see leaderboards/README.md). Estimates with "
-        f"{board.confidence:.0%} scenario-clustered intervals, overall the uniform mean over counterpart x role; "
-        f"rank = {board.rank_rule}. Mismatch: {label(m, d, unit=False)} against the declared training counterpart minus "
-        "the panel. First seen: when the board first saw the bundle (ledger.json), which orders it.",
+        f"{board.confidence:.0%} intervals: per counterpart, scenarios resampled; overall, the uniform mean over "
+        "counterpart x role with scenarios and counterparts resampled (crossed: the panel read as a sample of "
+        f"counterparts the policy never met). Rank = {board.rank_rule}. Mismatch: {label(m, d, unit=False)} against "
+        "the declared training counterpart minus the panel. First seen: when the board first saw the bundle "
+        "(ledger.json), which orders it.",
         "",
+        *([f"Note: {note}.", ""] if (note := few_counterparts_note(len(board.counterparts))) else []),
         *([f"**Closed**: {board.closed}", ""] if board.closed else []),
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
@@ -236,7 +279,7 @@ def render_md(board: Board, track: Track) -> str:
 
     for e in board.entries:
         who = e.name + (f" ({e.org})" if e.org else "")
-        lines.append(row([str(e.rank) if e.rank is not None else "-", who, f"`{e.policy}`", _cell(e.estimate, m),
+        lines.append(row([_rank(e), who, f"`{e.policy}`", _cell(e.estimate, m),
                           *(_cell(e.per_counterpart.get(c), m) for c in board.counterparts),
                           *(_cell(e.metrics[x].overall if x in e.metrics else None, x) for x in others),
                           _cell(e.mismatch, m) if e.mismatch else "-", e.first_seen[:10], str(e.submissions),
@@ -298,7 +341,7 @@ def board_table(board: Board, track: Track):
                 *(label(x, d) for x in others), "mismatch", "first seen", "n", "not re-asked"):
         table.add_column(col, overflow="fold")
     for e in board.entries:
-        table.add_row(str(e.rank) if e.rank is not None else "-", e.name + (f" ({e.org})" if e.org else ""),
+        table.add_row(_rank(e), e.name + (f" ({e.org})" if e.org else ""),
                       short(e.policy, track.domain), _cell(e.estimate, m),
                       *(_cell(e.per_counterpart.get(c), m) for c in board.counterparts),
                       *(_cell(e.metrics[x].overall if x in e.metrics else None, x) for x in others),

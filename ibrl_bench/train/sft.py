@@ -81,10 +81,11 @@ class SFTConfig(BaseModel):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
-    max_length: int = Field(1024, ge=16)  # tokens per sample (prompt cut from the left first)
-    # The hf: agent's budget for a prompt is the context minus max_new_tokens; the prompts trained
-    # on are cut the same way, so set this to what the checkpoint will be played with.
-    max_new_tokens: int = Field(64, ge=1)
+    # Tokens per sample. Prompts are cut to max_length - max_new_tokens by the one rule of
+    # models.chat.prompt_ids (system prompt and latest turns kept), as the RL trainers' rollouts cut
+    # them; a recorded message longer than max_new_tokens is cut from its end.
+    max_length: int = Field(1024, ge=16)
+    max_new_tokens: int = Field(64, ge=1)  # set it to what the checkpoint will be played with
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     seed: int = 0
 
@@ -92,6 +93,8 @@ class SFTConfig(BaseModel):
     def _one_model(self) -> SFTConfig:
         if (self.model is None) == (self.from_scratch is None):
             raise ValueError("give exactly one of model (an hf: checkpoint) and from_scratch (a tiny model)")
+        if self.max_new_tokens >= self.max_length:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt in max_length={self.max_length}")
         return self
 
 
@@ -257,7 +260,7 @@ def run(config: SFTConfig, log: Any) -> str:
     from accelerate import Accelerator
 
     from ibrl_bench.train.policy import load_policy
-    from ibrl_bench.train.samples import collate
+    from ibrl_bench.train.samples import collate, prompt_budget
 
     out = Path(config.out)
     for folder in config.transcripts:
@@ -267,7 +270,7 @@ def run(config: SFTConfig, log: Any) -> str:
     model_options = config.model or _build_from_scratch(config.from_scratch, out, accelerator)
     policy = load_policy(model_options, lr=config.lr, reference=False, weight_decay=config.weight_decay)
     tokenizer = policy.tokenizer
-    budget = prompt_budget(policy.model, config.max_new_tokens)
+    budget = prompt_budget(model_context(policy.model), config.max_length, config.max_new_tokens)
     data = build_dataset(config, tokenizer, budget)
     logger.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout), _describe_counts(data.counts))
 
@@ -350,8 +353,7 @@ class _Shuffler:
 
 
 
-def prompt_budget(model: Any, max_new_tokens: int) -> int | None:
-    """The prompt length an hf: agent allows this model (models/loading.py, agents/hf_local.py)."""
+def model_context(model: Any) -> int | None:
+    """The model's context length, as an hf: agent reads it (models/loading.py, agents/hf_local.py)."""
     config = getattr(model, "config", None)
-    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return None if max_positions is None else max_positions - max_new_tokens
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)

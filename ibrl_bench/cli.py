@@ -575,7 +575,12 @@ def train(method, recipe, quiet, overrides) -> None:
     if main_process:
         out.mkdir(parents=True, exist_ok=True)
         resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-        (out / "recipe.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+        from ibrl_bench.domains import get_domain
+
+        # The wording behind the prompt's name, as run manifests record it (a comment: the file stays a recipe).
+        role_prompt = get_domain(config.domain).role_prompt(config.prompt)
+        (out / "recipe.yaml").write_text(f"# role prompt {role_prompt.name}: {role_prompt.id}\n"
+                                         + yaml.safe_dump(resolved, sort_keys=False))
     done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state
     if done and main_process:
         err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)

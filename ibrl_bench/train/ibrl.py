@@ -56,12 +56,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ibrl_bench.domains.base import Domain, Role, ScenarioSet
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
 from ibrl_bench.train import fsdp
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
-from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
+from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies, with_prompt
 from ibrl_bench.train.rollout import (
     Group,
     close_agents,
@@ -92,6 +92,9 @@ class IBRLConfig(BaseModel):
     group_size: int = Field(8, ge=2)  # G: episodes per scenario, the group of GRPO
     temperature: float = Field(1.0, gt=0)  # sampling temperature of the rollouts (top_p is 1)
     max_new_tokens: int = Field(64, ge=1)  # per move
+    # The domain's role prompt the policies read (domains/*/prompts.py); the saved checkpoints'
+    # specs carry it (`?prompt=compact`), so cross-play plays them as they were trained.
+    prompt: str = DEFAULT_PROMPT
     max_turns: int | None = Field(None, ge=1)  # None: the domain's default
     rollout_batch_size: int = Field(64, ge=1)  # moves decoded together by one generate call
     # hf: HF generate on the live policy. vllm: a vLLM engine on the frozen base that loads each
@@ -160,6 +163,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     check_rollout_engine(config)
     accelerator = make_accelerator(config)
     domain = get_domain(config.domain)
+    domain.role_prompt(config.prompt)  # an unknown prompt fails before any model loads
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
     seed_everything(config.seed)
     policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
@@ -171,7 +175,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
         close_agents(agents)
-    return save(accelerator, policies, config.out)
+    return save(accelerator, policies, config.out, config.prompt)
 
 
 def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
@@ -197,7 +201,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
                              config.max_turns)
         # The slowest process's rollouts: the update cannot start before they end.
         rollout_s = _over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
-        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
+        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator),
+                                   "reward_groups": group_rewards(groups, list(policies), accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
@@ -356,6 +361,20 @@ def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any)
     return {role: total / max(count, 1) for role, total in zip(roles, sums)}
 
 
+def group_rewards(groups: list[Group], roles: list[Role], accelerator: Any) -> dict[Role, list[float]]:
+    """Each trained role's mean reward per group (one per scenario of the step, over all
+    processes): what a learning curve's interval resamples, scenarios being the clusters."""
+    out = {}
+    for role in roles:
+        local = [sum(g.rewards(role)) / len(g.rollouts) for g in groups]
+        if accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            local = gather_object(local)
+        out[role] = [round(x, 6) for x in local]
+    return out
+
+
 def check_rollout_engine(config: IBRLConfig) -> None:
     """Fail before any model loads when the rollout engine is not installed."""
     if config.rollout_engine == "vllm":
@@ -369,14 +388,14 @@ def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig
     """The trainable roles' rollout agents, and the hook that keeps a vLLM engine's adapters current."""
     if config.rollout_engine == "hf":
         agents = policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
-                               config.max_length)
+                               config.max_length, config.prompt)
         return agents, None
     if accelerator.num_processes > 1:
         # Each process would need its own engine on its own GPU beside its trainer; not written.
         raise UserError("rollout_engine vllm runs in one process; launch without several processes, or use hf")
     return vllm_policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
                               Path(config.out) / "rollout-adapters", config.vllm_memory_utilization,
-                              config.vllm_kv_cache_gb, config.max_length)
+                              config.vllm_kv_cache_gb, config.max_length, config.prompt)
 
 
 def make_accelerator(config: IBRLConfig) -> Any:
@@ -429,7 +448,7 @@ def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str
         policy.optimizer = accelerator.prepare_optimizer(policy.optimizer)
 
 
-def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role, str]:
+def save(accelerator: Any, policies: dict[Role, Policy], out: str, prompt: str = DEFAULT_PROMPT) -> dict[Role, str]:
     """Each policy's checkpoint, written by the main process ({} elsewhere); a sharded model is
     gathered first, by all processes together."""
     specs: dict[Role, str] = {}
@@ -442,7 +461,7 @@ def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role,
             mine = f".{policy.adapter}." if policy.adapter is not None else ""
             state = fsdp.full_state(policy.model, lambda name: mine in name, accelerator.is_main_process)
         if accelerator.is_main_process:
-            specs[role] = policy.save(folder, state)
+            specs[role] = with_prompt(policy.save(folder, state), prompt)
     accelerator.wait_for_everyone()
     return specs
 

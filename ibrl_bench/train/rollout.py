@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, Turn
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, Scenario, ScenarioSet, Turn
 from ibrl_bench.errors import UserError
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.train.samples import Sample
@@ -135,7 +135,7 @@ def close_agents(agents: Mapping[Role, Agent]) -> None:
 
 
 def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
-                  batch_size: int, max_length: int | None = None) -> dict[Role, Agent]:
+                  batch_size: int, max_length: int | None = None, prompt: str = DEFAULT_PROMPT) -> dict[Role, Agent]:
     """hf: agents that play with the live policies and trace their moves, one per model.
 
     `max_length` (the trainer's tokens per sample) caps the context the agent cuts prompts to, so
@@ -147,7 +147,8 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
     """
     from ibrl_bench.agents.hf_local import HFAgent, HFParams
 
-    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5)
+    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
+                      prompt=prompt)
     by_model: dict[int, list[Role]] = {}
     for role, policy in policies.items():
         by_model.setdefault(id(policy.generation_model()), []).append(role)
@@ -169,7 +170,8 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
 
 def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
                        batch_size: int, folder: str | Path, gpu_memory_utilization: float = 0.3,
-                       kv_cache_gb: float | None = None, max_length: int | None = None) -> tuple[dict[Role, Agent], Callable[[int], None]]:
+                       kv_cache_gb: float | None = None, max_length: int | None = None,
+                       prompt: str = DEFAULT_PROMPT) -> tuple[dict[Role, Agent], Callable[[int], None]]:
     """One vLLM agent for all the LoRA policies (their base is one frozen model), tracing its moves,
     and `sync(step)`, which the trainer calls before every step's rollouts.
 
@@ -195,7 +197,7 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
                         dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
                         max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()),
-                        max_model_len=max_length)  # prompts cut as the trainer's samples are (samples.py)
+                        max_model_len=max_length, prompt=prompt)  # prompts cut as the trainer's samples are (samples.py)
     llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
     adapters: dict[Role, Any] = {}
     agent = VLLMAgent(llm, params, domain, tokenizer, eos_ids(base, tokenizer), trace=True, adapters=adapters)

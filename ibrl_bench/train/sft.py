@@ -11,8 +11,9 @@ scenario and seed, and at every recorded move of an imitated role the sample is
 
 and then the recorded text is applied. A replay (runner/replay.py) that does not reproduce the
 recorded transcript and outcome (another harness version, another scenario set) is skipped and
-counted, never trained on. The recipe picks what to imitate: which roles, which agents' moves, and which episodes
-(all, agreements only, successes only).
+counted, never trained on. The recipe picks what to imitate: which roles, which agents' moves, which episodes
+(all, agreements only, successes only), and, with `min_own_reward`, only the moves of a role that
+scored at least that much in its episode (a warm start that learns deals that pay, not give-aways).
 
 Loss. The mean negative log-likelihood of the completion tokens, over all completion tokens of the
 batch (token-level: long messages weigh by their length), with the action mask of `collate`:
@@ -40,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ibrl_bench.domains.base import Domain, Observation, Role
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation, Role
 from ibrl_bench.errors import UserError
 from ibrl_bench.models.tiny import TinyConfig
 from ibrl_bench.runner.store import EpisodeRecord
@@ -74,6 +75,9 @@ class SFTConfig(BaseModel):
     roles: list[str] | None = None  # None: every role of the domain
     agents: list[str] | None = None  # only moves made by these specs (e.g. scripted:dealnodeal/fair); None: all
     episodes: Literal["all", "agreement", "success"] = "all"
+    # Imitate a role's moves only in episodes where that role scored at least this much: deals
+    # that pay the speaker, not give-aways (None: no filter).
+    min_own_reward: float | None = None
     heldout_share: float = Field(0.1, ge=0, lt=1)  # episodes kept out of training, to measure the loss on
     # Optimization.
     steps: int = Field(200, ge=1)
@@ -87,6 +91,8 @@ class SFTConfig(BaseModel):
     max_length: int = Field(1024, ge=16)
     max_new_tokens: int = Field(64, ge=1)  # set it to what the checkpoint will be played with
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    # The role prompt the model reads (domains/*/prompts.py); the checkpoint's spec carries it.
+    prompt: str = DEFAULT_PROMPT
     seed: int = 0
 
     @model_validator(mode="after")
@@ -125,10 +131,11 @@ def completion_ids(tokenizer: Any, text: str) -> list[int]:
     return list(ids) + [tokenizer.eos_token_id]
 
 
-def move_sample(tokenizer: Any, domain: Domain, move: Move, prompt_budget: int | None) -> Sample:
+def move_sample(tokenizer: Any, domain: Domain, move: Move, prompt_budget: int | None,
+                role_prompt: str = DEFAULT_PROMPT) -> Sample:
     from ibrl_bench.models.chat import prompt_ids
 
-    prompt = prompt_ids(tokenizer, domain.chat_messages(move.obs), prompt_budget)
+    prompt = prompt_ids(tokenizer, domain.chat_messages(move.obs, role_prompt), prompt_budget)
     return Sample(prompt_ids=prompt, completion_ids=completion_ids(tokenizer, move.text))
 
 
@@ -144,6 +151,7 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
     from ibrl_bench.domains import get_domain
 
     domain = get_domain(config.domain)
+    domain.role_prompt(config.prompt)
     roles = config.roles or list(domain.roles)
     for role in roles:
         domain.other(role)  # one line on an unknown role
@@ -162,12 +170,14 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
                 data.counts["replay mismatch (skipped)"] += 1
                 logger.warning("episode %s of %s does not replay (%s); skipped", record.key, folder, e)
                 continue
-            chosen = [m for m in moves if m.role in roles and (config.agents is None or m.agent in config.agents)]
+            floor = config.min_own_reward
+            chosen = [m for m in moves if m.role in roles and (config.agents is None or m.agent in config.agents)
+                      and (floor is None or record.outcome.rewards[m.role] >= floor)]
             if not chosen:
                 data.counts["no imitated move (filtered out)"] += 1
                 continue
             data.counts["episodes used"] += 1
-            samples = [move_sample(tokenizer, domain, m, prompt_budget) for m in chosen]
+            samples = [move_sample(tokenizer, domain, m, prompt_budget, config.prompt) for m in chosen]
             heldout = _hash_share(f"{record.key}|{record.scenario_id}|{record.seed}") < config.heldout_share
             (data.heldout if heldout else data.train).extend(samples)
     if not data.train:
@@ -259,7 +269,7 @@ def run(config: SFTConfig, log: Any) -> str:
     import torch
     from accelerate import Accelerator
 
-    from ibrl_bench.train.policy import load_policy
+    from ibrl_bench.train.policy import load_policy, with_prompt
     from ibrl_bench.train.samples import collate, prompt_budget
 
     out = Path(config.out)
@@ -313,11 +323,12 @@ def run(config: SFTConfig, log: Any) -> str:
     accelerator.wait_for_everyone()
     spec = ""
     if accelerator.is_main_process:
-        spec = policy.save(out / "checkpoint")
+        spec = with_prompt(policy.save(out / "checkpoint"), config.prompt)
         summary = {
             "spec": spec,
             "train_samples": len(data.train),
             "heldout_samples": len(data.heldout),
+            "prompt": _prompt_record(config),
             "heldout_loss_before": heldout_before,
             "heldout_loss_after": heldout_after,
             "episodes": dict(data.counts),
@@ -325,6 +336,13 @@ def run(config: SFTConfig, log: Any) -> str:
         }
         (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return spec
+
+
+def _prompt_record(config: SFTConfig) -> dict[str, str]:
+    from ibrl_bench.domains import get_domain
+
+    p = get_domain(config.domain).role_prompt(config.prompt)
+    return {"name": p.name, "version": p.version, "hash": p.hash}
 
 
 def _build_from_scratch(scratch: FromScratch, out: Path, accelerator: Any) -> ModelOptions:

@@ -20,9 +20,10 @@ repeats), their ratio IB-RL / unilateral (target <= 1.15), and the same ratio fo
 alone (update_s / tokens), which isolates what IB-RL's second, separate update path costs.
 
 With `--prompts`, the comparison is instead IB-RL with the compact role prompt against IB-RL with
-the full one (domains/dealnodeal/prompts.py), alternated the same way: reported are the seconds
-per step (rollout + update; the same scenarios, group size and move length) and the prompt tokens
-of a first move under each, and their ratios compact / full.
+the full one (domains/dealnodeal/prompts.py), alternated the same way: reported are the wall
+seconds per step (rollout + update; the same scenarios, group size and move length), the CPU
+seconds of each whole run (process time, which a shared machine disturbs less than wall time), and
+the prompt tokens of a first move under each, with their ratios compact / full.
 
     python benchmarks/train_step_cost.py [--repeats 2] [--steps 3] [--warmup 1] [--lora] [--json OUT]
     python benchmarks/train_step_cost.py --prompts [--scenarios-per-step 8 --group-size 8] ...
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,23 +149,29 @@ def compare_prompts(args: argparse.Namespace) -> None:
         work = Path(tmp)
         model = build_tiny_model(work / "tiny", seed=0)
         tokens = {prompt: first_prompt_tokens(model, prompt) for prompt in runs}
+        cpu: dict[str, float] = {prompt: 0.0 for prompt in runs}
         for repeat in range(args.repeats):
             for prompt in runs:
+                started = time.process_time()
                 steps = measure("ibrl", args, model, work / f"r{repeat}", prompt)
+                # CPU seconds of the whole run (loading and warm-up included): robust to a shared machine.
+                cpu[prompt] += time.process_time() - started
                 runs[prompt].extend(steps)
                 print(f"repeat {repeat} {prompt:8s} {per_step(steps):7.2f} s per step "
                       f"(rollout {sum(s['rollout_s'] for s in steps) / len(steps):.2f} s)", flush=True)
     result: dict[str, Any] = {
         prompt: {"s_per_step": per_step(steps), "rollout_s_per_step": sum(s["rollout_s"] for s in steps) / len(steps),
                  "update_s_per_step": sum(s["update_s"] for s in steps) / len(steps), "steps": len(steps),
-                 "first_prompt_tokens": tokens[prompt]}
+                 "first_prompt_tokens": tokens[prompt], "cpu_s_per_run": cpu[prompt] / args.repeats}
         for prompt, steps in runs.items()
     }
+    result["cpu_ratio_compact_over_full"] = cpu["compact"] / cpu["full"]
     result["step_ratio_compact_over_full"] = per_step(runs["compact"]) / per_step(runs["full"])
     result["prompt_ratio_compact_over_full"] = tokens["compact"] / tokens["full"]
     result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
     print(json.dumps(result, indent=2))
-    print(f"compact / full role prompt: {result['step_ratio_compact_over_full']:.3f}x the seconds per IB-RL step, "
+    print(f"compact / full role prompt: {result['step_ratio_compact_over_full']:.3f}x the wall seconds per IB-RL step, "
+          f"{result['cpu_ratio_compact_over_full']:.3f}x the CPU seconds per run, "
           f"{result['prompt_ratio_compact_over_full']:.3f}x the tokens of a first prompt")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

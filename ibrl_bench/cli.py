@@ -612,12 +612,12 @@ def miniature(recipe, overrides) -> None:
     Exits 3 when the warm-start gate stops the run (the numbers are in OUT/report.md). A repeated
     command reuses the stages that finished for the same recipe.
     """
-    from transformers.utils import logging as hf_logging
-
     from ibrl_bench.train import miniature as pipeline
     from ibrl_bench.train.recipes import load_recipe
 
     config = load_recipe(recipe, pipeline.MiniatureConfig, list(overrides), method="miniature")
+    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
+
     hf_logging.disable_progress_bar()
     stages = pipeline.run(config, progress=lambda line: err_console.print(line, highlight=False))
     out = Path(config.out)

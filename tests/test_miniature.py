@@ -2,6 +2,7 @@
 output, and a warm start that fails the gate stops the run before any RL."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,13 @@ def test_a_warm_start_that_fails_the_gate_stops_the_run_with_the_numbers(tmp_pat
     assert not (tmp_path / "mini" / "ibrl").exists()
     report = (tmp_path / "mini" / "report.md").read_text()
     assert "stopped at the warm-start gate" in report and "| self_play | 4 |" in report
+
+
+def test_a_bad_miniature_recipe_is_one_line(tmp_path):
+    from test_cli import assert_one_line_error, ibrl
+
+    recipe = tmp_path / "mini.yaml"
+    recipe.write_text("version: 1\nmethod: miniature\nout: x\nrl_steps: 3\n")
+    assert_one_line_error(ibrl("miniature", "--recipe", str(recipe)), "unknown key rl_steps")
+    shipped = Path(__file__).parent.parent / "training" / "miniature" / "miniature.yaml"
+    assert_one_line_error(ibrl("miniature", "--recipe", str(shipped), "gate.min_paying=2"), "gate.min_paying")

@@ -68,3 +68,24 @@ def test_an_unknown_prompt_is_one_line_naming_the_known_ones():
     game = get_domain("dealnodeal")
     with pytest.raises(UserError, match="no role prompt 'tiny'; its prompts: full, compact"):
         game.role_prompt("tiny")
+
+
+def test_the_compact_select_prompt_restates_the_deal_on_the_table_for_each_side():
+    game = get_domain("dealnodeal")
+    scenario = game.scenario_set("dev", 1).scenarios[0]
+    counts = scenario.data["counts"]
+    take = [min(1, n) for n in counts]
+    rest = [n - t for n, t in zip(counts, take)]
+    state = game.start(scenario, 0)
+    first = state.speaker
+    game.apply(state, first, "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, [9, 9, 9])) + "</propose>")
+    game.apply(state, game.other(first), "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, take)) + "</propose>")
+    game.apply(state, first, "<selection>")
+    said = {role: game.chat_messages(game.observe(state, role), "compact")[-1]["content"] for role in game.roles}
+    # The last readable proposal counts (the first one asks for more than the pool holds).
+    assert f"you take {' '.join(f'{i}={n}' for i, n in zip(ITEMS, take))}." in said[game.other(first)]
+    assert f"you take {' '.join(f'{i}={n}' for i, n in zip(ITEMS, rest))}." in said[first]
+    quiet = game.start(scenario, 1)
+    for _ in range(quiet.max_turns):
+        game.apply(quiet, quiet.speaker, "hello")
+    assert "No offer is on the table." in game.chat_messages(game.observe(quiet, "a"), "compact")[-1]["content"]

@@ -110,7 +110,10 @@ def run(config: MiniatureConfig, progress: Callable[[str], None] = lambda line: 
     """Every stage in order (see the module docstring); stops after the warm-start gate if it fails."""
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
+    from ibrl_bench.domains import get_domain
+
     fields = config.model_dump(mode="json")
+    fields["prompt"] = get_domain(DOMAIN).role_prompt(config.prompt).id  # a reworded prompt reruns SFT and on
     stages: list[Stage] = []
     state: dict[str, Any] = {}
     read: list[str] = []

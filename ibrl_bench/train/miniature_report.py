@@ -171,6 +171,12 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
               "partner less):", ""]
     for name, d in mismatch["versus"].items():
         lines.append(f"- vs {name}: {_iv(d)} ({d['method']}, {d['n_games']} games, {d['n_scenarios']} scenarios)")
+    summary = json.loads((curves_path.parent / "summary.json").read_text())
+    lines += ["", "## Cost (stages before this report)", "",
+              "| stage | status | wall s | CPU s |", "|---|---|---|---|"]
+    for st in summary["stages"]:
+        lines.append(f"| {st['name']} | {st['status']} | {st['wall_s']:.0f} | {st['cpu_s']:.0f} |")
+    lines.append(f"| total | | {summary['wall_s']:.0f} | {summary['cpu_s']:.0f} |")
     claims = [k for k, v in learned.items() if v]
     lines += ["", "## What this shows", ""]
     if not claims:

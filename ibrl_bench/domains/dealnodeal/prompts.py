@@ -5,7 +5,10 @@ move format. Two wordings, each versioned (its version changes whenever its text
 into every run manifest, so results from different prompts are never mixed up:
 - `full` (the default): the rules in prose, about 300 tokens before any dialogue;
 - `compact`: the same facts and tags in a few dozen tokens, for small models, whose training and
-  rollout cost is mostly the prompt (benchmarks/train_step_cost.py --prompts measures it).
+  rollout cost is mostly the prompt (benchmarks/train_step_cost.py --prompts measures it). Its
+  select instruction also restates the deal on the table (the last proposal, from either side) as
+  the items this role would take: public information, read off the dialogue the way a game's
+  screen would show it, so that a small model need not do the subtraction itself.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ COMPACT = {
     "system": "Deal or No Deal, {max_turns} messages. Pool: {pool_tags}. Your values: {value_tags}. "
               "Propose what you take: <propose>book=X hat=Y ball=Z</propose>; accept: <selection>.",
     "open": "You start.",
-    "select": "Talk over. Take: <split>book=X hat=Y ball=Z</split> or <split>no deal</split>.",
+    "select": "Talk over. {table} State what you take: <split>book=X hat=Y ball=Z</split> or <split>no deal</split>.",
 }
 
 PROMPTS = {
@@ -56,6 +59,20 @@ def _tags(numbers: list[int], items: list[str]) -> str:
     return " ".join(f"{item}={n}" for item, n in zip(items, numbers))
 
 
+def _table(obs: Observation) -> str:
+    """The last proposal of the dialogue, as the items this role would take under it."""
+    from ibrl_bench.domains.dealnodeal.parser import parse_proposal
+    from ibrl_bench.domains.dealnodeal.rules import complement
+
+    counts = tuple(obs.private["counts"])
+    for message in reversed(obs.dialogue):
+        take = parse_proposal(message.text, counts)
+        if take is not None:
+            mine = take if message.role == obs.role else complement(counts, take)
+            return f"On the table, you take {_tags(list(mine), obs.private['items'])}."
+    return "No offer is on the table."
+
+
 def chat_messages(obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[str, str]]:
     """The conversation as this role sees it under the prompt called `prompt`: its own messages
     as the assistant's, the other side's as the user's."""
@@ -70,7 +87,7 @@ def chat_messages(obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[s
     )
     messages = chat_from_dialogue(system, obs, templates["open"])
     if obs.phase == "select":
-        select = templates["select"]
+        select = templates["select"].format(table=_table(obs)) if "{table}" in templates["select"] else templates["select"]
         if messages[-1]["role"] == "user":  # keep roles alternating for strict chat templates
             messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + select}
         else:

@@ -40,7 +40,6 @@ again when the command is repeated with the same settings for it and the stages 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -49,8 +48,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ibrl_bench.domains.base import content_hash
 from ibrl_bench.errors import UserError
-
-logger = logging.getLogger(__name__)
 
 DOMAIN = "dealnodeal"
 STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-boulware", "crossplay", "mismatch",

@@ -19,7 +19,14 @@ Reported: cost = step seconds / trained tokens for each method (summed over the 
 repeats), their ratio IB-RL / unilateral (target <= 1.15), and the same ratio for the update phase
 alone (update_s / tokens), which isolates what IB-RL's second, separate update path costs.
 
+With `--prompts`, the comparison is instead IB-RL with the compact role prompt against IB-RL with
+the full one (domains/dealnodeal/prompts.py), alternated the same way: reported are the wall
+seconds per step (rollout + update; the same scenarios, group size and move length), the CPU
+seconds of each whole run (process time, which a shared machine disturbs less than wall time), and
+the prompt tokens of a first move under each, with their ratios compact / full.
+
     python benchmarks/train_step_cost.py [--repeats 2] [--steps 3] [--warmup 1] [--lora] [--json OUT]
+    python benchmarks/train_step_cost.py --prompts [--scenarios-per-step 8 --group-size 8] ...
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +53,7 @@ class Capture:
         self.steps.append(metrics)
 
 
-def settings(args: argparse.Namespace, model: Path, out: Path) -> dict[str, Any]:
+def settings(args: argparse.Namespace, model: Path, out: Path, prompt: str = "full") -> dict[str, Any]:
     options: dict[str, Any] = {"model": f"hf:{model}", "device": "cpu"}
     if args.lora:
         options["lora"] = {"r": 8, "alpha": 16}
@@ -53,12 +61,12 @@ def settings(args: argparse.Namespace, model: Path, out: Path) -> dict[str, Any]
         model=options, domain="dealnodeal", split="train", out=str(out), steps=args.steps,
         scenarios_per_step=args.scenarios_per_step, group_size=args.group_size, temperature=1.0,
         max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, rollout_batch_size=64,
-        micro_batch_size=16, max_length=768, lr=1e-5, kl_coef=0.04, seed=0,
+        micro_batch_size=16, max_length=768, lr=1e-5, kl_coef=0.04, seed=0, prompt=prompt,
     )
 
 
-def measure(method: str, args: argparse.Namespace, model: Path, work: Path) -> list[dict[str, Any]]:
-    base = settings(args, model, work / method)
+def measure(method: str, args: argparse.Namespace, model: Path, work: Path, prompt: str = "full") -> list[dict[str, Any]]:
+    base = settings(args, model, work / f"{method}-{prompt}", prompt)
     log = Capture()
     if method == "ibrl":
         ibrl.run(ibrl.IBRLConfig(**base), log)
@@ -84,9 +92,13 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=6)
     parser.add_argument("--lora", action="store_true", help="LoRA (IB-RL: two adapters on one shared base)")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--prompts", action="store_true", help="compact vs full role prompt, both IB-RL")
     args = parser.parse_args()
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup")
+    if args.prompts:
+        compare_prompts(args)
+        return
 
     runs: dict[str, list[dict[str, Any]]] = {"ibrl": [], "unilateral": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,6 +130,55 @@ def main() -> None:
           f"(update phase alone: {result['update_ratio_ibrl_over_unilateral']:.3f}x; target <= 1.15x)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def first_prompt_tokens(model: Path, prompt: str) -> int:
+    from transformers import AutoTokenizer
+
+    from ibrl_bench.domains import get_domain
+    from ibrl_bench.models.chat import render
+
+    game = get_domain("dealnodeal")
+    state = game.start(game.scenario_set("train", 1).scenarios[0], 0)
+    return len(render(AutoTokenizer.from_pretrained(model), game.chat_messages(game.observe(state, "a"), prompt)))
+
+
+def compare_prompts(args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict[str, Any]]] = {"full": [], "compact": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = build_tiny_model(work / "tiny", seed=0)
+        tokens = {prompt: first_prompt_tokens(model, prompt) for prompt in runs}
+        cpu: dict[str, float] = {prompt: 0.0 for prompt in runs}
+        for repeat in range(args.repeats):
+            for prompt in runs:
+                started = time.process_time()
+                steps = measure("ibrl", args, model, work / f"r{repeat}", prompt)
+                # CPU seconds of the whole run (loading and warm-up included): robust to a shared machine.
+                cpu[prompt] += time.process_time() - started
+                runs[prompt].extend(steps)
+                print(f"repeat {repeat} {prompt:8s} {per_step(steps):7.2f} s per step "
+                      f"(rollout {sum(s['rollout_s'] for s in steps) / len(steps):.2f} s)", flush=True)
+    result: dict[str, Any] = {
+        prompt: {"s_per_step": per_step(steps), "rollout_s_per_step": sum(s["rollout_s"] for s in steps) / len(steps),
+                 "update_s_per_step": sum(s["update_s"] for s in steps) / len(steps), "steps": len(steps),
+                 "first_prompt_tokens": tokens[prompt], "cpu_s_per_run": cpu[prompt] / args.repeats}
+        for prompt, steps in runs.items()
+    }
+    result["cpu_ratio_compact_over_full"] = cpu["compact"] / cpu["full"]
+    result["step_ratio_compact_over_full"] = per_step(runs["compact"]) / per_step(runs["full"])
+    result["prompt_ratio_compact_over_full"] = tokens["compact"] / tokens["full"]
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "json"}
+    print(json.dumps(result, indent=2))
+    print(f"compact / full role prompt: {result['step_ratio_compact_over_full']:.3f}x the wall seconds per IB-RL step, "
+          f"{result['cpu_ratio_compact_over_full']:.3f}x the CPU seconds per run, "
+          f"{result['prompt_ratio_compact_over_full']:.3f}x the tokens of a first prompt")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def per_step(steps: list[dict[str, Any]]) -> float:
+    return sum(s["rollout_s"] + s["update_s"] for s in steps) / len(steps)
 
 
 if __name__ == "__main__":

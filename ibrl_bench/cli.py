@@ -751,7 +751,12 @@ def train(method, recipe, quiet, overrides) -> None:
         try:
             out.mkdir(parents=True, exist_ok=True)
             resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-            recipe_path.write_text(yaml.safe_dump(resolved, sort_keys=False))
+            from ibrl_bench.domains import get_domain
+
+            # The wording behind the prompt's name, as run manifests record it (a comment: the file stays a recipe).
+            role_prompt = get_domain(config.domain).role_prompt(config.prompt)
+            recipe_path.write_text(f"# role prompt {role_prompt.name}: {role_prompt.id}\n"
+                                   + yaml.safe_dump(resolved, sort_keys=False))
         except OSError as e:
             raise UserError(f"cannot write the training output folder {out}: {e.strerror}; set out= to a "
                             "folder you can write to") from None
@@ -795,6 +800,35 @@ def _put_back(recipe_path: Path, earlier: tuple[bytes, os.stat_result] | None, c
             return
         if folder == created:
             return
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--recipe", default="training/miniature/miniature.yaml", show_default=True,
+              type=click.Path(dir_okay=False), help="A miniature recipe YAML (training/miniature/).")
+@click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+def miniature(recipe, overrides) -> None:
+    """The paper's experiment in miniature, end to end on a CPU: transcripts, SFT, the warm-start
+    gate, IB-RL, unilateral (vs the frozen SFT copy and vs boulware), cross-play, mismatch, report.
+
+    Writes OUT/summary.json (every stage, wall and CPU seconds) and OUT/report.md with curves.png.
+    Exits 3 when the warm-start gate stops the run (the numbers are in OUT/report.md). A repeated
+    command reuses the stages that finished for the same recipe.
+    """
+    from ibrl_bench.train import miniature as pipeline
+    from ibrl_bench.train.recipes import load_recipe
+
+    config = load_recipe(recipe, pipeline.MiniatureConfig, list(overrides), method="miniature")
+    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
+
+    hf_logging.disable_progress_bar()
+    stages = pipeline.run(config, progress=lambda line: err_console.print(line, highlight=False))
+    out = Path(config.out)
+    wall, cpu = sum(s.wall_s for s in stages), sum(s.cpu_s for s in stages)
+    console.print(f"miniature: {len(stages)} stages in {wall:.0f} s wall, {cpu:.0f} s CPU; summary {out / 'summary.json'}, "
+                  f"report {out / 'report.md'}", highlight=False, soft_wrap=True)
+    if stages[-1].status == "stopped":
+        console.print(f"stopped at the {stages[-1].name} stage: see {out / 'report.md'}", highlight=False)
+        sys.exit(3)
 
 
 def _main_process() -> bool:

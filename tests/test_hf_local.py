@@ -4,6 +4,7 @@ adapters, prompt cutting, and the one-line errors for bad specs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import importlib.util
 
 import pytest
@@ -89,6 +90,25 @@ def test_the_tiny_model_plays_whole_games_through_the_runner(tiny, tmp_path):
         assert 0 < usage.completion_tokens <= 16 * len(model_turns)
     stats = runner.agents[spec].batcher.stats
     assert stats.batches < stats.requests and stats.largest > 1
+
+
+def test_a_spec_picks_the_compact_prompt_and_the_manifest_records_it(tiny, tmp_path):
+    spec = f"hf:{tiny}?max_new_tokens=8&prompt=compact"
+    config = CrossplayConfig(policies=[spec, f"hf:{tiny}?max_new_tokens=8"], counterparts=[CONCEDER], scenarios=1,
+                             roles=["a"], retries=0)
+    runner = Crossplay(config, tmp_path / "run")
+    asyncio.run(runner.run())
+    compact = GAME.role_prompt("compact")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["agents"][spec]["prompt"] == {"name": "compact", "version": compact.version, "hash": compact.hash}
+    assert manifest["identity"]["prompts"] == {spec: compact.id}  # the default-prompt agent is not listed
+    by_spec = {r.policy: r for r in runner.store.records()}
+    short, full = (by_spec[s].usage["a"].prompt_tokens / len([t for t in by_spec[s].transcript if t.role == "a"])
+                   for s in config.policies)
+    # The same games' moves (the tiny model, greedy), read with a system prompt ~220 tokens shorter.
+    assert full - short > 150
+    with pytest.raises(UserError, match="no role prompt 'tiny'"):
+        build_agent(f"hf:{tiny}?prompt=tiny", "dealnodeal")
 
 
 def test_batches_really_batch_and_decode_as_one_at_a_time(tiny):

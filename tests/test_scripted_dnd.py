@@ -242,3 +242,23 @@ def test_no_proposal_on_the_table_states_the_ideal():
     for name in NAMES:
         text = asyncio.run(NEGOTIATORS[name]().act(obs)).text
         assert text == "<split>book=2 hat=2 ball=0</split>"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_terse_negotiators_make_the_same_moves_in_tags_alone(name):
+    counterpart = NEGOTIATORS["boulware" if name != "boulware" else "fair"]
+    for scenario in SCENARIOS[:10]:
+        plain = play({"a": build_scripted("dealnodeal", name, {}), "b": counterpart()}, scenario, 3)
+        terse = play({"a": build_scripted("dealnodeal", name, {"terse": True}), "b": counterpart(terse=True)},
+                     scenario, 3)
+        assert terse[1] == plain[1]  # the same outcome, turn for turn
+        counts = tuple(scenario.data["counts"])
+        for (_, said), (_, short) in zip(plain[2], terse[2]):
+            assert parse_proposal(short, counts) == parse_proposal(said, counts)
+            assert has_selection(short) == has_selection(said)
+            if parse_proposal(short, counts) is not None:
+                assert short.startswith("<propose>") and short.endswith("</propose>")
+            elif has_selection(short):
+                assert short == "<selection>"
+    with pytest.raises(UserError, match="terse must be true or false"):
+        build_scripted("dealnodeal", name, {"terse": "yes"})

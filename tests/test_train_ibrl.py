@@ -19,7 +19,7 @@ from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.train import ibrl, unilateral  # noqa: E402
 from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # noqa: E402
-from ibrl_bench.train.losses import grpo_loss  # noqa: E402
+from ibrl_bench.train.losses import group_advantages, grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agents  # noqa: E402
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
@@ -54,7 +54,7 @@ def hand_rewards(groups, b_offset=0.0):
 
 def rollouts(cfg, seed=0):
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)
-    agents = policy_agents(policies, GAME, cfg.temperature, cfg.max_new_tokens, 16)
+    agents = policy_agents(policies, GAME, cfg.temperature, cfg.max_new_tokens, 16, cfg.max_length)
     return collect(GAME, SCENARIOS, agents, cfg.group_size, seed, 1, ["a", "b"], cfg.max_turns)
 
 
@@ -90,20 +90,34 @@ def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path, lora):
     assert any(not torch.equal(p, q) for p, q in zip(first["b"], second["b"]))
 
 
-def test_samples_cut_by_max_length_get_pi_old_on_the_cut_input(base, tmp_path):
-    cfg = config(base, tmp_path, max_length=64)  # every prompt here is longer
+@pytest.mark.slow
+def test_a_long_dialogue_keeps_its_private_values_from_rollout_to_update(base, tmp_path):
+    # Ten messages of up to 16 tokens after a ~300-token role prompt: the late prompts outgrow
+    # max_length - max_new_tokens, so the rollout agent must cut them, and the trainer must train
+    # on exactly what was sampled.
+    cfg = config(base, tmp_path, max_new_tokens=16, max_turns=10, max_length=360)
     groups = hand_rewards(rollouts(cfg))
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
-    sample = groups[0].rollouts[0].samples["a"][0]
-    with policies["a"].active() as model, torch.no_grad():
-        cut = collate([sample], pad_id=0, max_length=64)
-        on_cut_input = token_logprobs(model, cut, cfg.temperature)[cut.action_mask.bool()]
-    # The sampler saw the whole prompt: its values differ from the policy's on the cut input.
-    assert not torch.allclose(on_cut_input, cut.old_logprobs[cut.action_mask.bool()], atol=1e-2)
+    tok = policies["a"].tokenizer
+    values = SCENARIOS[0].data["values"]
+    dropped = 0
+    for rollout in groups[0].rollouts:
+        said = [t.text for t in rollout.transcript if t.public and t.text.strip()]
+        for role in ("a", "b"):
+            own = "Your private values per item: " + ", ".join(
+                f"{item}={v}" for item, v in zip(("book", "hat", "ball"), values[role]))
+            for sample in rollout.samples[role]:
+                assert len(sample.prompt_ids) <= cfg.max_length - cfg.max_new_tokens
+                batch = collate([sample], tok.pad_token_id, cfg.max_length)
+                fed = tok.decode(batch.input_ids[0][batch.action_mask[0] == 0])
+                assert own in fed  # the role's private values reach the update
+            last = tok.decode(rollout.samples[role][-1].prompt_ids)
+            dropped += sum(text not in last for text in said)
+    assert dropped > 0, "no prompt was long enough to be cut; lengthen the dialogue"
     metrics = update_all(policies, groups, cfg, make_accelerator(cfg))
     for role in ("a", "b"):
-        assert metrics["truncated"][role] == 1.0
-        assert metrics["ratio"][role] == pytest.approx(1.0, abs=1e-5)  # the update compares like with like
+        assert metrics["truncated"][role] == 0.0
+        assert metrics["ratio"][role] == pytest.approx(1.0, abs=1e-5)  # pi_old is the sampler's, exactly
 
 
 def test_kl_coef_zero_runs_no_reference_forward(base, tmp_path):
@@ -130,27 +144,96 @@ class KeepLogits:
         return out
 
 
-def test_a_loss_has_no_gradient_at_b_tokens_nor_on_b_adapter(base, tmp_path):
+@pytest.mark.parametrize("role", ["a", "b"], ids=["first-adapter", "added-adapter"])
+def test_a_role_loss_has_no_gradient_at_the_other_role_tokens_nor_on_its_adapter(base, tmp_path, role):
+    # a's adapter is PEFT's first (get_peft_model), b's is added to it (add_adapter): the two are
+    # made by different calls, so each role's coverage is checked on its own.
     cfg = config(base, tmp_path)
     groups = rollouts(cfg)
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
-    a, b = policies["a"], policies["b"]
-    sample = groups[0].rollouts[0].samples["a"][-1]  # a's last move: b's messages are in its prompt
-    batch = collate([sample], pad_id=a.tokenizer.pad_token_id)
+    mine, other = policies[role], policies["b" if role == "a" else "a"]
+    sample = groups[0].rollouts[0].samples[role][-1]  # its last move: the other side's messages are in its prompt
+    batch = collate([sample], pad_id=mine.tokenizer.pad_token_id)
     p = len(sample.prompt_ids)
-    with a.reference() as reference:
+    with mine.reference() as reference:
         ref = token_logprobs(reference, batch, cfg.temperature)
-    with a.active() as model:
+    with mine.active() as model:
         spy = KeepLogits(model)
         logprobs, _ = token_logprobs_and_entropy(spy, batch, cfg.temperature)
         loss, _ = grpo_loss(logprobs, batch.old_logprobs, ref, torch.tensor([1.0]), batch.action_mask, cfg.grpo())
         loss.backward()
     grad = spy.logits.grad[0]  # [T, V]; row t predicts token t + 1
-    # Rows 0 .. p-2 predict prompt tokens (system text, b's messages, template): no gradient.
+    # Rows 0 .. p-2 predict prompt tokens (system text, the other side's messages, template): no gradient.
     assert grad[: p - 1].abs().max().item() == 0.0
     assert grad[p - 1:].abs().max().item() > 0.0
-    assert all(x.grad is None or not x.grad.any() for x in b.parameters())
-    assert any(x.grad is not None and x.grad.any() for x in a.parameters())
+    assert all(x.grad is None or not x.grad.any() for x in other.parameters())
+    assert any(x.grad is not None and x.grad.any() for x in mine.parameters())
+
+
+def test_a_role_batch_holds_its_own_moves_only(monkeypatch):
+    """update_all hands each role's update exactly that role's moves, in episode order, with its
+    own advantages; a batch that took the other role's moves (or every move) would fail here."""
+    from ibrl_bench.domains.base import Outcome
+    from ibrl_bench.train.rollout import Group, Rollout
+
+    def move(role, episode, k):  # ids that name their role and place
+        return Sample([1], [ord(role), episode, k], [-1.0] * 3)
+
+    groups = []
+    for s, scenario in enumerate(SCENARIOS[:1] * 2):
+        rollouts_ = []
+        for g in range(3):
+            rewards = {"a": float(g), "b": float(2 - g) * 3}
+            outcome = Outcome(status="ok", agreement=True, success=True, rewards=rewards, turns=4)
+            samples = {r: [move(r, s * 3 + g, k) for k in range(2 + (r == "b"))] for r in ("a", "b")}
+            rollouts_.append(Rollout(scenario.id, g, outcome, samples, []))
+        groups.append(Group(scenario, rollouts_))
+    seen = {}
+
+    def spy(policy, samples, advantages, config, accelerator):
+        seen[policy] = (samples, advantages)
+        return {"tokens": 0}
+
+    monkeypatch.setattr(ibrl, "update_role", spy)
+    cfg = IBRLConfig(model=ModelOptions(model="unused"), out="unused")
+    update_all({"a": "policy-a", "b": "policy-b"}, groups, cfg, accelerator=None)
+    for role in ("a", "b"):
+        samples, advantages = seen[f"policy-{role}"]
+        expected = [x for g in groups for r in g.rollouts for x in r.samples[role]]
+        assert samples == expected
+        assert {x.completion_ids[0] for x in samples} == {ord(role)}
+        # Every move carries its episode's advantage from its own role's rewards (a: 0, 1, 2 -> -1, 0, 1).
+        per_episode = [a for g in groups for r, a in zip(g.rollouts, group_advantages(g.rewards(role), True))
+                       for _ in r.samples[role]]
+        assert advantages == pytest.approx(per_episode)
+    assert seen["policy-a"][1][:2] == pytest.approx([-1.0, -1.0], abs=1e-3)
+
+
+def test_gradients_do_not_accumulate_across_updates(base, tmp_path):
+    """With the learning rate at 0 the weights never move, so every optimizer step must see the
+    same gradient as the first: a missing zero_grad would double it at the second update, inside
+    one step (updates_per_step=2) and across two steps."""
+    cfg = config(base, tmp_path, updates_per_step=2, max_grad_norm=None, kl_coef=0.0)
+    groups = hand_rewards(rollouts(cfg))
+    policy = load_policies(cfg.model, ["a"], cfg.lr, reference=False)["a"]
+    for group in policy.optimizer.param_groups:
+        group["lr"] = 0.0
+    seen = []
+    step = policy.optimizer.step
+
+    def spy(*args, **kwargs):
+        seen.append([p.grad.clone() for p in policy.parameters()])
+        return step(*args, **kwargs)
+
+    policy.optimizer.step = spy
+    samples, advantages = ibrl.role_batch(groups, "a", cfg.grpo())
+    accelerator = make_accelerator(cfg)
+    ibrl.update_role(policy, samples, advantages, cfg, accelerator)
+    ibrl.update_role(policy, samples, advantages, cfg, accelerator)
+    assert len(seen) == 4
+    assert any(g.abs().sum() > 0 for g in seen[0])
+    for later in seen[1:]:
+        assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-8) for g, h in zip(seen[0], later))
 
 
 def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_off(base):

@@ -99,12 +99,14 @@ def test_masks_of_a_multi_turn_episode_for_both_roles_with_pad_equal_to_eos(setu
             ids = batch.input_ids[row]
             assert ids[batch.action_mask[row] == 1].tolist() == s.completion_ids
             assert (ids[p + c:] == eos).all()  # the padding is eos, and under mask 0
-        # Truncated to 40 tokens: the prompt is cut from the left, the move keeps its mask.
-        cut = collate(samples, pad_id=eos, max_length=40)
+        # A completion cut to fit max_length keeps its prompt whole and its first log-probabilities.
+        longest = max(len(s.prompt_ids) for s in samples)
+        cut = collate(samples, pad_id=eos, max_length=longest + 1)
         for row, s in enumerate(samples):
-            c = min(len(s.completion_ids), 40)
-            assert cut.action_mask[row].tolist()[: 40] == [0.0] * (40 - c) + [1.0] * c
-            assert cut.old_logprobs[row, 40 - c:].tolist() == pytest.approx(s.logprobs[:c])
+            p, c = len(s.prompt_ids), min(len(s.completion_ids), longest + 1 - len(s.prompt_ids))
+            assert cut.input_ids[row, :p].tolist() == s.prompt_ids
+            assert cut.action_mask[row].tolist()[p: p + c] == [1.0] * c
+            assert cut.old_logprobs[row, p: p + c].tolist() == pytest.approx(s.logprobs[:c])
 
 
 def test_a_model_in_training_mode_for_checkpointing_still_decodes_both_roles_in_one_batch(setup):

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ibrl_bench.train.samples import Sample, collate, token_logprobs, truncate  # noqa: E402
+from ibrl_bench.train.samples import Sample, collate, prompt_budget, token_logprobs, truncate  # noqa: E402
 
 EOS = 2  # also the pad id below: the case where masks built from token values go wrong
 
@@ -28,17 +28,24 @@ def test_mask_is_one_exactly_on_completion_tokens_when_pad_equals_eos():
     assert b.old_logprobs[0].tolist() == pytest.approx([0, 0, 0, -0.5, -0.1, 0, 0])
 
 
-def test_truncation_cuts_prompt_from_the_left_then_completion_from_the_right():
+def test_truncation_cuts_only_the_completion_and_refuses_a_prompt_built_for_another_budget():
     s = Sample(prompt_ids=[1, 2, 3, 4], completion_ids=[5, 6, 7], logprobs=[-1.0, -2.0, -3.0])
     assert truncate(s, 7) == s
-    assert truncate(s, 5) == Sample([3, 4], [5, 6, 7], [-1.0, -2.0, -3.0])
-    assert truncate(s, 2) == Sample([], [5, 6], [-1.0, -2.0])
-    b = collate([s], pad_id=0, max_length=5)
-    assert b.input_ids.tolist() == [[3, 4, 5, 6, 7]]
-    assert b.action_mask.tolist() == [[0, 0, 1, 1, 1]]
-    # No prompt left: the first completion token has nothing to be predicted from.
-    b = collate([s], pad_id=0, max_length=2)
-    assert b.action_mask.tolist() == [[0, 1]] and b.old_logprobs.tolist() == [[0.0, -2.0]]
+    assert truncate(s, 5) == Sample([1, 2, 3, 4], [5], [-1.0])
+    b = collate([s], pad_id=0, max_length=6)
+    assert b.input_ids.tolist() == [[1, 2, 3, 4, 5, 6]]
+    assert b.action_mask.tolist() == [[0, 0, 0, 0, 1, 1]]
+    assert b.old_logprobs.tolist() == [[0, 0, 0, 0, -1.0, -2.0]]
+    # The prompt alone fills max_length: it was cut for a longer context, and is not cut again.
+    with pytest.raises(ValueError, match="4-token prompt leaves no room in max_length=4"):
+        truncate(s, 4)
+
+
+def test_prompt_budget_is_the_smaller_context_minus_the_room_for_a_move():
+    assert prompt_budget(2048, 512, 48) == 464
+    assert prompt_budget(256, 512, 48) == 208
+    assert prompt_budget(None, 512, 48) == 464
+    assert prompt_budget(None, None, 48) is None
 
 
 def test_logprob_count_must_match_completion():

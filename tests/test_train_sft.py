@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import ibrl_bench.models  # noqa: E402,F401  (before transformers: OpenMP policy)
 from ibrl_bench.agents.spec import parse_spec  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
+from ibrl_bench.errors import UserError  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.runs import Run  # noqa: E402
@@ -163,6 +164,21 @@ def test_what_to_imitate_is_chosen_by_the_recipe(runs, tokenizer):
     assert deals.counts["episodes used"] == n_deals
     held = build_dataset(config(folder, "dealnodeal", heldout_share=0.5), tokenizer, None)
     assert held.heldout and len(held.train) + len(held.heldout) == len(everything.train)
+    paying = build_dataset(config(folder, "dealnodeal", heldout_share=0, min_own_reward=6), tokenizer, None)
+    expected = sum(1 for r in records for t in r.transcript if r.outcome.rewards[t.role] >= 6)
+    assert 0 < expected < len(everything.train) and len(paying.train) == expected
+
+
+def test_the_recipe_prompt_is_the_one_trained_on_and_its_checkpoint_spec_carries_it(runs, tokenizer):
+    from ibrl_bench.train.policy import with_prompt
+
+    data = build_dataset(config(runs["dealnodeal"], "dealnodeal", heldout_share=0, prompt="compact"), tokenizer, None)
+    system = tokenizer.decode(data.train[0].prompt_ids)
+    assert "Your values: book=" in system and "negotiating" not in system
+    assert with_prompt("hf:/m?adapter=/x", "compact") == "hf:/m?adapter=/x&prompt=compact"
+    assert with_prompt("hf:/m", "full") == "hf:/m"
+    with pytest.raises(UserError, match="no role prompt 'short'"):
+        build_dataset(config(runs["dealnodeal"], "dealnodeal", prompt="short"), tokenizer, None)
 
 
 @pytest.mark.slow

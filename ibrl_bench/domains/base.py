@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -149,6 +150,28 @@ def chat_from_dialogue(system: str, obs: Observation, opening: str) -> list[dict
     return messages
 
 
+DEFAULT_PROMPT = "full"
+
+
+@dataclass(frozen=True)
+class RolePrompt:
+    """One wording of a domain's role prompt. `name` is what an agent spec (`?prompt=NAME`) or a
+    training recipe (`prompt: NAME`) selects; `version` changes whenever the wording does; `hash`
+    covers the version and every template, and is what manifests record."""
+
+    name: str
+    version: str
+    templates: dict[str, str]
+
+    @property
+    def hash(self) -> str:
+        return content_hash([self.version, self.templates])
+
+    @property
+    def id(self) -> str:
+        return f"{self.version}:{self.hash}"
+
+
 class Domain(ABC):
     """A two-role game: scenarios, turn protocol, parsing and scoring."""
 
@@ -177,12 +200,24 @@ class Domain(ABC):
     @abstractmethod
     def outcome(self, state: GameState) -> Outcome: ...
 
-    # Language-model agents: the versioned role prompt of the domain.
+    # Language-model agents: the domain's versioned role prompts by name; DEFAULT_PROMPT is the one
+    # every agent reads unless its spec picks another (prompt_version/hash are the default's).
+    prompts: dict[str, RolePrompt] = {}
     prompt_version: str = ""
     prompt_hash: str = ""
 
-    def chat_messages(self, obs: Observation) -> list[dict[str, str]]:
-        """The conversation a chat model sees for `obs`: system prompt, then alternating turns."""
+    def role_prompt(self, name: str = DEFAULT_PROMPT) -> RolePrompt:
+        """The prompt called `name`, or one line naming the ones there are."""
+        from ibrl_bench.errors import UserError
+
+        if name not in self.prompts:
+            known = ", ".join(self.prompts) or "none"
+            raise UserError(f"domain {self.name} has no role prompt {name!r}; its prompts: {known}")
+        return self.prompts[name]
+
+    def chat_messages(self, obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[str, str]]:
+        """The conversation a chat model sees for `obs` under the role prompt `prompt`: system
+        prompt, then alternating turns."""
         raise NotImplementedError(f"domain {self.name} has no prompts for language-model agents")
 
     def describe(self, scenario: Scenario) -> str:

@@ -26,7 +26,7 @@ from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.remote import current_retries
 from ibrl_bench.agents.spec import MODEL_KINDS, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
-from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, content_hash
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
@@ -160,12 +160,21 @@ class Crossplay:
                                 f"but this run seats it as {', '.join(bad)}; choose --role accordingly")
 
     def agents_record(self) -> dict[str, dict]:
-        """What each spec resolved to: the card and its hash where a card was used."""
+        """What each spec resolved to: the card and its hash where a card was used, and the role
+        prompt (name, version, hash) of a local model that reads another than the default."""
         out = {}
         for spec, agent in self.agents.items():
             card = getattr(agent, "card", None)
             out[spec] = {"card": card.id, "card_hash": card.hash, "resolved": card.spec()} if card else {}
+            prompt = self.other_prompt(agent)
+            if prompt is not None:
+                out[spec]["prompt"] = {"name": prompt.name, "version": prompt.version, "hash": prompt.hash}
         return out
+
+    def other_prompt(self, agent: Agent) -> RolePrompt | None:
+        """The RolePrompt an agent reads when it is not the domain's default, else None."""
+        name = getattr(agent, "prompt", DEFAULT_PROMPT)
+        return None if name == DEFAULT_PROMPT else self.domain.role_prompt(name)
 
     def manifest(self) -> Manifest:
         ss = self.scenario_set
@@ -181,11 +190,15 @@ class Crossplay:
             "seeds": list(range(self.config.seeds)),
             "max_turns": self.max_turns,
         }
-        cards = {spec: a["card_hash"] for spec, a in agents.items() if a}
+        cards = {spec: a["card_hash"] for spec, a in agents.items() if "card_hash" in a}
         if cards:
             identity["cards"] = cards
         if any(parse_spec(spec).kind in MODEL_KINDS for spec in agents):
             identity["prompt"] = f"{self.domain.prompt_version}:{self.domain.prompt_hash}"
+        # Agents on another prompt than the default: a reworded prompt is another configuration.
+        others = {spec: a["prompt"] for spec, a in agents.items() if "prompt" in a}
+        if others:
+            identity["prompts"] = {spec: f"{p['version']}:{p['hash']}" for spec, p in others.items()}
         return Manifest(
             harness_version=__version__,
             created_at=now_iso(),

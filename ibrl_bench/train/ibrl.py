@@ -56,12 +56,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ibrl_bench.domains.base import Domain, Role, ScenarioSet
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
 from ibrl_bench.train import fsdp
 from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
-from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
+from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies, with_prompt
 from ibrl_bench.train.rollout import (
     Group,
     close_agents,
@@ -92,6 +92,9 @@ class IBRLConfig(BaseModel):
     group_size: int = Field(8, ge=2)  # G: episodes per scenario, the group of GRPO
     temperature: float = Field(1.0, gt=0)  # sampling temperature of the rollouts (top_p is 1)
     max_new_tokens: int = Field(64, ge=1)  # per move
+    # The domain's role prompt the policies read (domains/*/prompts.py); the saved checkpoints'
+    # specs carry it (`?prompt=compact`), so cross-play plays them as they were trained.
+    prompt: str = DEFAULT_PROMPT
     max_turns: int | None = Field(None, ge=1)  # None: the domain's default
     rollout_batch_size: int = Field(64, ge=1)  # moves decoded together by one generate call
     # hf: HF generate on the live policy. vllm: a vLLM engine on the frozen base that loads each
@@ -109,7 +112,9 @@ class IBRLConfig(BaseModel):
     averaging: Literal["sequence", "token"] = "sequence"  # per-move token mean (the paper) or all tokens
     updates_per_step: int = Field(1, ge=1)  # optimizer steps on one rollout batch (>1: the clip acts)
     micro_batch_size: int = Field(8, ge=1)  # samples per forward/backward
-    max_length: int | None = Field(None, ge=16)  # truncate samples (prompt from the left) to this
+    # Tokens per sample: rollout prompts are cut to max_length - max_new_tokens (system prompt and
+    # latest turns kept: samples.py), so the trainer sees exactly what the policy acted on.
+    max_length: int | None = Field(None, ge=16)
     max_grad_norm: float | None = Field(1.0, gt=0)
     # bf16 autocast on GPUs that have it; no fp16: its loss scaler would be shared by two optimizers
     mixed_precision: Literal["no", "bf16"] = "no"
@@ -122,6 +127,14 @@ class IBRLConfig(BaseModel):
     def _not_test(cls, v: str) -> str:
         if v == "test":
             raise ValueError("the test split is held out for evaluation and the leaderboard; train on train (or dev)")
+        return v
+
+    @field_validator("max_length")
+    @classmethod
+    def _room_for_a_prompt(cls, v: int | None, info: ValidationInfo) -> int | None:
+        new = info.data.get("max_new_tokens")
+        if v is not None and new is not None and new >= v:
+            raise ValueError(f"max_new_tokens={new} leaves no room for a prompt in max_length={v}")
         return v
 
     @field_validator("rollout_engine")
@@ -150,6 +163,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
     check_rollout_engine(config)
     accelerator = make_accelerator(config)
     domain = get_domain(config.domain)
+    domain.role_prompt(config.prompt)  # an unknown prompt fails before any model loads
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
     seed_everything(config.seed)
     policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
@@ -161,7 +175,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
         close_agents(agents)
-    return save(accelerator, policies, config.out)
+    return save(accelerator, policies, config.out, config.prompt)
 
 
 def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
@@ -187,7 +201,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
                              config.max_turns)
         # The slowest process's rollouts: the update cannot start before they end.
         rollout_s = _over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
-        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator)}
+        metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator),
+                                   "reward_groups": group_rewards(groups, list(policies), accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
@@ -248,8 +263,9 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
               for i in range(0, len(samples), config.micro_batch_size)]
     batches = [collate([samples[i] for i in c], pad_id, config.max_length) for c in chunks]
     adv = [torch.tensor([advantages[i] for i in c], dtype=torch.float32) for c in chunks]
+    # Prompts were built to fit max_length (rollout.policy_agents); only a completion can be cut.
     limit = config.max_length
-    cut = [[j for j, i in enumerate(c) if limit is not None and _length(samples[i]) > limit] for c in chunks]
+    truncated = sum(1 for s in samples if limit is not None and _length(s) > limit)
     local_tokens = float(sum(b.action_mask.sum() for b in batches))
     count, step_tokens, step_samples = _over_processes(accelerator, [len(batches), local_tokens, len(samples)],
                                                        first_max=True)
@@ -260,7 +276,6 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     while len(batches) < count:
         batches.append(_empty_batch(pad_id))
         adv.append(torch.zeros(1))
-        cut.append([])
     batches = [b.to(accelerator.device) for b in batches]
     adv = [a.to(accelerator.device) for a in adv]
     refs: list[Any] = [None] * len(batches)
@@ -274,7 +289,6 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     loss_sum = 0.0
     sharded = fsdp.is_sharded(policy.model)
     with policy.active() as model:
-        truncated = old_logprobs_where_truncated(model, batches, cut, config, accelerator, lockstep=world > 1)
         for _ in range(config.updates_per_step):
             policy.optimizer.zero_grad(set_to_none=True)
             for k, (batch, a, ref) in enumerate(zip(batches, adv, refs)):
@@ -339,39 +353,26 @@ def _over_processes(accelerator: Any, values: list[float], first_max: bool = Fal
     return [float(v) for v in torch.cat([head, rest])]
 
 
-def old_logprobs_where_truncated(model: Any, batches: list[Any], cut: list[list[int]], config: IBRLConfig,
-                                 accelerator: Any, lockstep: bool = False) -> int:
-    """pi_old for the samples that `max_length` cut (rows `cut[k]` of batch k); returns how many.
-
-    A cut sample was generated from a longer prompt than the loss now feeds the model, so the
-    log-probabilities recorded at sampling are not pi_old on this input, and their ratio would
-    measure the cut, not the update. For those rows pi_old is the policy before this update on the
-    cut input: one forward without gradient. Samples that fit keep the sampler's values. With
-    `lockstep` (several processes), every batch gets the forward, so that all processes make the
-    same calls whatever each one's cuts.
-    """
-    import torch
-
-    if config.max_length is None:
-        return 0
-    count = 0
-    for batch, rows in zip(batches, cut):
-        if not rows and not lockstep:
-            continue
-        count += len(rows)
-        with torch.no_grad(), accelerator.autocast():
-            recomputed = token_logprobs(model, batch, config.temperature) * batch.action_mask  # [B, T]
-        if rows:
-            batch.old_logprobs[rows] = recomputed[rows]
-    return count
-
-
 def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:
     """Each role's mean reward over the step's rollouts on all processes."""
     rollouts = [r for g in groups for r in g.rollouts]
     local = [sum(r.reward(role) for r in rollouts) for role in roles] + [len(rollouts)]
     *sums, count = _over_processes(accelerator, local)
     return {role: total / max(count, 1) for role, total in zip(roles, sums)}
+
+
+def group_rewards(groups: list[Group], roles: list[Role], accelerator: Any) -> dict[Role, list[float]]:
+    """Each trained role's mean reward per group (one per scenario of the step, over all
+    processes): what a learning curve's interval resamples, scenarios being the clusters."""
+    out = {}
+    for role in roles:
+        local = [sum(g.rewards(role)) / len(g.rollouts) for g in groups]
+        if accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            local = gather_object(local)
+        out[role] = [round(x, 6) for x in local]
+    return out
 
 
 def check_rollout_engine(config: IBRLConfig) -> None:
@@ -386,14 +387,15 @@ def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig
                 accelerator: Any) -> tuple[dict[Role, Any], Callable[[int], None] | None]:
     """The trainable roles' rollout agents, and the hook that keeps a vLLM engine's adapters current."""
     if config.rollout_engine == "hf":
-        agents = policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size)
+        agents = policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
+                               config.max_length, config.prompt)
         return agents, None
     if accelerator.num_processes > 1:
         # Each process would need its own engine on its own GPU beside its trainer; not written.
         raise UserError("rollout_engine vllm runs in one process; launch without several processes, or use hf")
     return vllm_policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
                               Path(config.out) / "rollout-adapters", config.vllm_memory_utilization,
-                              config.vllm_kv_cache_gb)
+                              config.vllm_kv_cache_gb, config.max_length, config.prompt)
 
 
 def make_accelerator(config: IBRLConfig) -> Any:
@@ -446,7 +448,7 @@ def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str
         policy.optimizer = accelerator.prepare_optimizer(policy.optimizer)
 
 
-def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role, str]:
+def save(accelerator: Any, policies: dict[Role, Policy], out: str, prompt: str = DEFAULT_PROMPT) -> dict[Role, str]:
     """Each policy's checkpoint, written by the main process ({} elsewhere); a sharded model is
     gathered first, by all processes together."""
     specs: dict[Role, str] = {}
@@ -459,7 +461,7 @@ def save(accelerator: Any, policies: dict[Role, Policy], out: str) -> dict[Role,
             mine = f".{policy.adapter}." if policy.adapter is not None else ""
             state = fsdp.full_state(policy.model, lambda name: mine in name, accelerator.is_main_process)
         if accelerator.is_main_process:
-            specs[role] = policy.save(folder, state)
+            specs[role] = with_prompt(policy.save(folder, state), prompt)
     accelerator.wait_for_everyone()
     return specs
 

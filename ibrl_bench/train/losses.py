@@ -20,10 +20,9 @@ Here an "output" is one move of one role (a `Sample`): every move of an episode 
 episode's advantage (outcome supervision: one reward per episode, as in the paper's section 4.1.2).
 Only tokens under the action mask count: the role's own generated ids.
 
-`pi_old` is the sampling policy, whose log-probabilities the rollout recorded (for a sample cut
-by `max_length`, the same policy's log-probabilities on the cut input: see
-ibrl.old_logprobs_where_truncated); with one update per rollout batch the ratio is 1 up to
-numerics and the clip matters only when a step makes several optimizer updates. kl_coef = 0 means no reference forward at all (the caller passes None).
+`pi_old` is the sampling policy, whose log-probabilities the rollout recorded (the prompt trained
+on is the one sampled from: samples.truncate never cuts it); with one update per rollout batch the
+ratio is 1 up to numerics and the clip matters only when a step makes several optimizer updates. kl_coef = 0 means no reference forward at all (the caller passes None).
 """
 
 from __future__ import annotations

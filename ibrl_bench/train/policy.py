@@ -35,6 +35,7 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ibrl_bench.domains.base import DEFAULT_PROMPT
 from ibrl_bench.errors import UserError
 
 
@@ -316,6 +317,13 @@ def _spec(target: str, params: dict[str, Any]) -> str:
 
     query = urlencode({k: v for k, v in params.items() if v is not None}, safe="/:")
     return f"hf:{target}" + (f"?{query}" if query else "")
+
+
+def with_prompt(spec: str, prompt: str) -> str:
+    """`spec` set to play with the role prompt `prompt` (nothing added for the default one)."""
+    if prompt == DEFAULT_PROMPT:
+        return spec
+    return f"{spec}{'&' if '?' in spec else '?'}prompt={prompt}"
 
 
 def _unwrap(model: Any) -> Any:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.domains.base import Domain, Outcome, Role, Scenario, ScenarioSet, Turn
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, Scenario, ScenarioSet, Turn
 from ibrl_bench.errors import UserError
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.train.samples import Sample
@@ -135,8 +135,11 @@ def close_agents(agents: Mapping[Role, Agent]) -> None:
 
 
 def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
-                  batch_size: int) -> dict[Role, Agent]:
+                  batch_size: int, max_length: int | None = None, prompt: str = DEFAULT_PROMPT) -> dict[Role, Agent]:
     """hf: agents that play with the live policies and trace their moves, one per model.
+
+    `max_length` (the trainer's tokens per sample) caps the context the agent cuts prompts to, so
+    every traced move fits it whole and the trainer never cuts a prompt again (samples.py).
 
     Policies that are adapters on one shared base get ONE agent: its batches mix both roles' moves,
     each row decoded with its own role's adapter (so the roles' episodes are batched together, as
@@ -144,7 +147,8 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
     """
     from ibrl_bench.agents.hf_local import HFAgent, HFParams
 
-    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5)
+    params = HFParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
+                      prompt=prompt)
     by_model: dict[int, list[Role]] = {}
     for role, policy in policies.items():
         by_model.setdefault(id(policy.generation_model()), []).append(role)
@@ -156,6 +160,8 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
         if any(a is None for a in adapters.values()):
             adapters = None  # plain models: one policy per model, nothing to pick
         max_positions = getattr(model.config, "max_position_embeddings", None)
+        if max_length is not None:
+            max_positions = max_length if max_positions is None else min(max_positions, max_length)
         agent = HFAgent(model, first.tokenizer, params, domain, max_positions, trace=True, adapters=adapters)
         agent.spec = "policy:" + "+".join(roles)
         agents.update({role: agent for role in roles})
@@ -164,7 +170,8 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
 
 def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: float, max_new_tokens: int,
                        batch_size: int, folder: str | Path, gpu_memory_utilization: float = 0.3,
-                       kv_cache_gb: float | None = None) -> tuple[dict[Role, Agent], Callable[[int], None]]:
+                       kv_cache_gb: float | None = None, max_length: int | None = None,
+                       prompt: str = DEFAULT_PROMPT) -> tuple[dict[Role, Agent], Callable[[int], None]]:
     """One vLLM agent for all the LoRA policies (their base is one frozen model), tracing its moves,
     and `sync(step)`, which the trainer calls before every step's rollouts.
 
@@ -189,7 +196,8 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     dtype = dtype_name(model)
     params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
                         dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
-                        max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()))
+                        max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()),
+                        max_model_len=max_length, prompt=prompt)  # prompts cut as the trainer's samples are (samples.py)
     llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
     adapters: dict[Role, Any] = {}
     agent = VLLMAgent(llm, params, domain, tokenizer, eos_ids(base, tokenizer), trace=True, adapters=adapters)

@@ -11,9 +11,16 @@ tokenized once, followed by the end-of-turn token.
 `collate` packs samples into right-padded tensors. The action mask is 1 exactly on completion
 tokens: it is built from lengths, never from token values, so it stays right when the pad token
 equals the end-of-sequence token (the eos a role generated is an action; padding is not), and
-the prompt (system text, the other side's messages, template tokens) is always 0. Truncation to
-`max_length` drops prompt tokens from the left first (the context furthest from the move), then
-completion tokens from the right, with their log-probabilities.
+the prompt (system text, the other side's messages, template tokens) is always 0.
+
+Truncation has one rule, applied where prompts are built (`models.chat.prompt_ids`, by the rollout
+agent and by SFT alike): keep the system prompt (rules and private values) and the latest turns,
+dropping the oldest turns whole. Both build prompts to fit `max_length - max_new_tokens`
+(`prompt_budget`), so a sample's prompt is never cut again here: `truncate` only shortens a
+completion longer than the room left (an SFT target longer than `max_new_tokens`), from the right,
+with its log-probabilities. The kept tokens were generated from the same prefix, so their recorded
+log-probabilities stay exact. A prompt that alone fills `max_length` was built for another budget,
+and is refused rather than trained on a context the policy never acted in.
 
 Alignment: position t of `action_mask` / `old_logprobs` refers to token t of `input_ids`; a causal
 model predicts it from the logits at t - 1 (see `token_logprobs`), so column 0 is always 0.
@@ -50,20 +57,28 @@ class Batch:
         return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs)))
 
 
+def prompt_budget(max_positions: int | None, max_length: int | None, max_new_tokens: int) -> int | None:
+    """The most prompt tokens a move may have: the model's context (or `max_length`, if smaller)
+    minus the room for the move. The rollout agents and SFT cut prompts to it, with one rule."""
+    limits = [n for n in (max_positions, max_length) if n is not None]
+    return min(limits) - max_new_tokens if limits else None
+
+
 def truncate(sample: Sample, max_length: int) -> Sample:
-    """`sample` cut to at most `max_length` tokens: prompt from the left, then completion from the right."""
+    """`sample` with its completion cut from the right to fit `max_length`; the prompt is never cut."""
     if max_length < 1:
         raise ValueError("max_length must be at least 1")
     prompt, completion, logprobs = sample.prompt_ids, sample.completion_ids, sample.logprobs
     excess = len(prompt) + len(completion) - max_length
     if excess <= 0:
         return sample
-    cut = min(excess, len(prompt))
-    prompt = prompt[cut:]
-    excess -= cut
-    if excess > 0:
-        completion = completion[: len(completion) - excess]
-        logprobs = None if logprobs is None else logprobs[: len(completion)]
+    if len(prompt) >= max_length:
+        raise ValueError(
+            f"a {len(prompt)}-token prompt leaves no room in max_length={max_length}: prompts must be "
+            "built with prompt_budget(..., max_length, max_new_tokens), which keeps the system prompt"
+        )
+    completion = completion[: len(completion) - excess]
+    logprobs = None if logprobs is None else logprobs[: len(completion)]
     return Sample(prompt_ids=list(prompt), completion_ids=list(completion), logprobs=logprobs)
 
 
@@ -87,7 +102,7 @@ def collate(samples: list[Sample], pad_id: int, max_length: int | None = None) -
         action_mask[i, p : p + n] = 1.0
         if s.logprobs is not None:
             old_logprobs[i, p : p + n] = torch.tensor(s.logprobs, dtype=torch.float32)
-    # A completion with no prompt left has nothing to be predicted from at column 0.
+    # Column 0 has nothing to be predicted from (an empty prompt, as in `_empty_batch`).
     action_mask[:, 0] = 0.0
     old_logprobs[:, 0] = 0.0
     return Batch(input_ids=input_ids, attention_mask=attention_mask, action_mask=action_mask, old_logprobs=old_logprobs)

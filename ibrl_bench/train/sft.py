@@ -11,8 +11,9 @@ scenario and seed, and at every recorded move of an imitated role the sample is
 
 and then the recorded text is applied. A replay (runner/replay.py) that does not reproduce the
 recorded transcript and outcome (another harness version, another scenario set) is skipped and
-counted, never trained on. The recipe picks what to imitate: which roles, which agents' moves, and which episodes
-(all, agreements only, successes only).
+counted, never trained on. The recipe picks what to imitate: which roles, which agents' moves, which episodes
+(all, agreements only, successes only), and, with `min_own_reward`, only the moves of a role that
+scored at least that much in its episode (a warm start that learns deals that pay, not give-aways).
 
 Loss. The mean negative log-likelihood of the completion tokens, over all completion tokens of the
 batch (token-level: long messages weigh by their length), with the action mask of `collate`:
@@ -40,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ibrl_bench.domains.base import Domain, Observation, Role
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation, Role
 from ibrl_bench.errors import UserError
 from ibrl_bench.models.tiny import TinyConfig
 from ibrl_bench.runner.store import EpisodeRecord
@@ -74,6 +75,9 @@ class SFTConfig(BaseModel):
     roles: list[str] | None = None  # None: every role of the domain
     agents: list[str] | None = None  # only moves made by these specs (e.g. scripted:dealnodeal/fair); None: all
     episodes: Literal["all", "agreement", "success"] = "all"
+    # Imitate a role's moves only in episodes where that role scored at least this much: deals
+    # that pay the speaker, not give-aways (None: no filter).
+    min_own_reward: float | None = None
     heldout_share: float = Field(0.1, ge=0, lt=1)  # episodes kept out of training, to measure the loss on
     # Optimization.
     steps: int = Field(200, ge=1)
@@ -81,17 +85,22 @@ class SFTConfig(BaseModel):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
-    max_length: int = Field(1024, ge=16)  # tokens per sample (prompt cut from the left first)
-    # The hf: agent's budget for a prompt is the context minus max_new_tokens; the prompts trained
-    # on are cut the same way, so set this to what the checkpoint will be played with.
-    max_new_tokens: int = Field(64, ge=1)
+    # Tokens per sample. Prompts are cut to max_length - max_new_tokens by the one rule of
+    # models.chat.prompt_ids (system prompt and latest turns kept), as the RL trainers' rollouts cut
+    # them; a recorded message longer than max_new_tokens is cut from its end.
+    max_length: int = Field(1024, ge=16)
+    max_new_tokens: int = Field(64, ge=1)  # set it to what the checkpoint will be played with
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    # The role prompt the model reads (domains/*/prompts.py); the checkpoint's spec carries it.
+    prompt: str = DEFAULT_PROMPT
     seed: int = 0
 
     @model_validator(mode="after")
     def _one_model(self) -> SFTConfig:
         if (self.model is None) == (self.from_scratch is None):
             raise ValueError("give exactly one of model (an hf: checkpoint) and from_scratch (a tiny model)")
+        if self.max_new_tokens >= self.max_length:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt in max_length={self.max_length}")
         return self
 
 
@@ -122,10 +131,11 @@ def completion_ids(tokenizer: Any, text: str) -> list[int]:
     return list(ids) + [tokenizer.eos_token_id]
 
 
-def move_sample(tokenizer: Any, domain: Domain, move: Move, prompt_budget: int | None) -> Sample:
+def move_sample(tokenizer: Any, domain: Domain, move: Move, prompt_budget: int | None,
+                role_prompt: str = DEFAULT_PROMPT) -> Sample:
     from ibrl_bench.models.chat import prompt_ids
 
-    prompt = prompt_ids(tokenizer, domain.chat_messages(move.obs), prompt_budget)
+    prompt = prompt_ids(tokenizer, domain.chat_messages(move.obs, role_prompt), prompt_budget)
     return Sample(prompt_ids=prompt, completion_ids=completion_ids(tokenizer, move.text))
 
 
@@ -141,6 +151,7 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
     from ibrl_bench.domains import get_domain
 
     domain = get_domain(config.domain)
+    domain.role_prompt(config.prompt)
     roles = config.roles or list(domain.roles)
     for role in roles:
         domain.other(role)  # one line on an unknown role
@@ -159,12 +170,14 @@ def build_dataset(config: SFTConfig, tokenizer: Any, prompt_budget: int | None) 
                 data.counts["replay mismatch (skipped)"] += 1
                 logger.warning("episode %s of %s does not replay (%s); skipped", record.key, folder, e)
                 continue
-            chosen = [m for m in moves if m.role in roles and (config.agents is None or m.agent in config.agents)]
+            floor = config.min_own_reward
+            chosen = [m for m in moves if m.role in roles and (config.agents is None or m.agent in config.agents)
+                      and (floor is None or record.outcome.rewards[m.role] >= floor)]
             if not chosen:
                 data.counts["no imitated move (filtered out)"] += 1
                 continue
             data.counts["episodes used"] += 1
-            samples = [move_sample(tokenizer, domain, m, prompt_budget) for m in chosen]
+            samples = [move_sample(tokenizer, domain, m, prompt_budget, config.prompt) for m in chosen]
             heldout = _hash_share(f"{record.key}|{record.scenario_id}|{record.seed}") < config.heldout_share
             (data.heldout if heldout else data.train).extend(samples)
     if not data.train:
@@ -248,8 +261,8 @@ def run(config: SFTConfig, log: Any) -> str:
     import torch
     from accelerate import Accelerator
 
-    from ibrl_bench.train.policy import load_policy
-    from ibrl_bench.train.samples import collate
+    from ibrl_bench.train.policy import load_policy, with_prompt
+    from ibrl_bench.train.samples import collate, prompt_budget
 
     out = Path(config.out)
     for folder in config.transcripts:
@@ -259,7 +272,7 @@ def run(config: SFTConfig, log: Any) -> str:
     model_options = config.model or _build_from_scratch(config.from_scratch, out, accelerator)
     policy = load_policy(model_options, lr=config.lr, reference=False, weight_decay=config.weight_decay)
     tokenizer = policy.tokenizer
-    budget = prompt_budget(policy.model, config.max_new_tokens)
+    budget = prompt_budget(model_context(policy.model), config.max_length, config.max_new_tokens)
     data = build_dataset(config, tokenizer, budget)
     logger.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout), _describe_counts(data.counts))
 
@@ -302,11 +315,12 @@ def run(config: SFTConfig, log: Any) -> str:
     accelerator.wait_for_everyone()
     spec = ""
     if accelerator.is_main_process:
-        spec = policy.save(out / "checkpoint")
+        spec = with_prompt(policy.save(out / "checkpoint"), config.prompt)
         summary = {
             "spec": spec,
             "train_samples": len(data.train),
             "heldout_samples": len(data.heldout),
+            "prompt": _prompt_record(config),
             "heldout_loss_before": heldout_before,
             "heldout_loss_after": heldout_after,
             "episodes": dict(data.counts),
@@ -314,6 +328,13 @@ def run(config: SFTConfig, log: Any) -> str:
         }
         (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return spec
+
+
+def _prompt_record(config: SFTConfig) -> dict[str, str]:
+    from ibrl_bench.domains import get_domain
+
+    p = get_domain(config.domain).role_prompt(config.prompt)
+    return {"name": p.name, "version": p.version, "hash": p.hash}
 
 
 def _build_from_scratch(scratch: FromScratch, out: Path, accelerator: Any) -> ModelOptions:
@@ -342,8 +363,7 @@ class _Shuffler:
 
 
 
-def prompt_budget(model: Any, max_new_tokens: int) -> int | None:
-    """The prompt length an hf: agent allows this model (models/loading.py, agents/hf_local.py)."""
+def model_context(model: Any) -> int | None:
+    """The model's context length, as an hf: agent reads it (models/loading.py, agents/hf_local.py)."""
     config = getattr(model, "config", None)
-    max_positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return None if max_positions is None else max_positions - max_new_tokens
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)

@@ -170,13 +170,15 @@ def _plain(value: Any) -> Any:
     """A JSON-safe copy of a metric value (tensors and numpy scalars become numbers)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     if hasattr(value, "item") and callable(value.item):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise TypeError(f"metric value {value!r} is not a number, string or dict of them")
+    raise TypeError(f"metric value {value!r} is not a number, string, or list or dict of them")
 
 
 def _fmt(value: Any) -> str:

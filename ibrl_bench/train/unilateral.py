@@ -52,6 +52,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
 
     check_rollout_engine(config)
     domain = get_domain(config.domain)
+    domain.role_prompt(config.prompt)
     if config.role not in domain.roles:
         raise UserError(f"role {config.role!r} is not a role of {config.domain}; roles are {', '.join(domain.roles)}")
     accelerator = make_accelerator(config)
@@ -67,7 +68,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
         close_agents(agents)
-    return save(accelerator, policies, config.out)
+    return save(accelerator, policies, config.out, config.prompt)
 
 
 def counterpart_on_device(spec: str, accelerator: Any) -> str:

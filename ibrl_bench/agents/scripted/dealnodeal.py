@@ -8,6 +8,10 @@ Every negotiator speaks the same protocol (class `Negotiator`); a strategy only 
   table without being accepted (the talk ran out, or the opponent proposed and selected at once).
   A negotiator that does not ratify states `<split>no deal</split>`.
 
+`terse=true` (any negotiator) drops the words and keeps the moves: a proposal is the tag alone and
+an acceptance is `<selection>`; the decisions are the same. Short transcripts, for teaching small
+models the protocol by imitation (training/miniature/).
+
 In the select phase a negotiator states the deal on the table: the last proposal in the dialogue,
 from either side. Its own proposals and proposals it accepted are always honoured, so an accepted
 proposal leads to complementary splits. With no proposal at all it states its ideal split.
@@ -30,6 +34,7 @@ from ibrl_bench.domains.dealnodeal.rules import ITEMS, TOTAL_VALUE, Vec, all_spl
 from ibrl_bench.errors import UserError
 
 ACCEPT = "Deal. <selection>"
+TERSE_ACCEPT = "<selection>"
 NO_DEAL = "<split>no deal</split>"
 EPS = 1e-9
 
@@ -147,19 +152,28 @@ def _number(name: str, value: object, low: float | None = None, high: float | No
     return x
 
 
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UserError(f"parameter {name} must be true or false, got {value!r}")
+
+
 class Negotiator(Agent):
     """The shared protocol; subclasses implement `propose`, `accepts` and `ratify`."""
 
     name = ""
     sentence = "I would like {mine}; you get {theirs}."
+    terse = False
 
     async def act(self, obs: Observation) -> Reply:
         view = read(obs)
         if obs.phase == "select":
             return Reply(text=self.select(view))
         if view.offer is not None and self.accepts(view, view.offer):
-            return Reply(text=ACCEPT)
+            return Reply(text=TERSE_ACCEPT if self.terse else ACCEPT)
         take = self.propose(view)
+        if self.terse:
+            return Reply(text=format_proposal(take))
         words = self.sentence.format(
             mine=describe(take, view.counts), theirs=describe(complement(view.counts, take), view.counts)
         )
@@ -193,7 +207,8 @@ class TimeDependent(Negotiator):
     u(tau) = u_max - (u_max - reservation) * tau^(1/beta), tau = share of the talk used. Proposes the
     split best for the opponent that meets the target; accepts offers worth its next target."""
 
-    def __init__(self, beta: float = 1.0, reservation: float = 5.0, u_max: float = 10.0):
+    def __init__(self, beta: float = 1.0, reservation: float = 5.0, u_max: float = 10.0, terse: bool = False):
+        self.terse = _flag("terse", terse)
         self.beta = _number("beta", beta, low=0.01, high=100)
         self.reservation = _number("reservation", reservation, 0, 10)
         self.u_max = _number("u_max", u_max, self.reservation, 10)
@@ -214,8 +229,8 @@ class Boulware(TimeDependent):
 
     name = "boulware"
 
-    def __init__(self, beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0):
-        super().__init__(beta, reservation, u_max)
+    def __init__(self, beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0, terse: bool = False):
+        super().__init__(beta, reservation, u_max, terse)
 
 
 class Conceder(TimeDependent):
@@ -225,8 +240,8 @@ class Conceder(TimeDependent):
     name = "conceder"
     sentence = "How about this: I take {mine} and you take {theirs}."
 
-    def __init__(self, beta: float = 3.0, reservation: float = 4.0, u_max: float = 10.0):
-        super().__init__(beta, reservation, u_max)
+    def __init__(self, beta: float = 3.0, reservation: float = 4.0, u_max: float = 10.0, terse: bool = False):
+        super().__init__(beta, reservation, u_max, terse)
 
 
 class TitForTat(Negotiator):
@@ -238,7 +253,8 @@ class TitForTat(Negotiator):
     name = "tit_for_tat"
     sentence = "I will match your moves: I get {mine}, you get {theirs}."
 
-    def __init__(self, floor: float = 5.0):
+    def __init__(self, floor: float = 5.0, terse: bool = False):
+        self.terse = _flag("terse", terse)
         self.floor = _number("floor", floor, 0, 10)
 
     def target(self, view: View) -> float:
@@ -271,7 +287,8 @@ class Fair(Negotiator):
     name = "fair"
     sentence = "A fair split: {mine} for me and {theirs} for you."
 
-    def __init__(self, accept: float = 5.0):
+    def __init__(self, accept: float = 5.0, terse: bool = False):
+        self.terse = _flag("terse", terse)
         self.accept = _number("accept", accept, 0, 10)
 
     def propose(self, view: View) -> Vec:
@@ -296,7 +313,8 @@ class Hardliner(Negotiator):
     name = "hardliner"
     sentence = "I need {mine}. You can have {theirs}. That is my offer."
 
-    def __init__(self, accept: float = 9.0, final: float = 7.0):
+    def __init__(self, accept: float = 9.0, final: float = 7.0, terse: bool = False):
+        self.terse = _flag("terse", terse)
         self.accept = _number("accept", accept, 0, 10)
         self.final = _number("final", final, 0, 10)
 
@@ -318,7 +336,8 @@ class RandomNegotiator(Negotiator):
     name = "random"
     sentence = "Maybe {mine} for me and {theirs} for you?"
 
-    def __init__(self, greed: float = 1.0):
+    def __init__(self, greed: float = 1.0, terse: bool = False):
+        self.terse = _flag("terse", terse)
         self.greed = _number("greed", greed, 0, 100)
 
     def propose(self, view: View) -> Vec:

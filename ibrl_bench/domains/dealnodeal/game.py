@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 
-from ibrl_bench.domains.base import Domain, GameState, Observation, Outcome, Role, Scenario, Turn
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, GameState, Observation, Outcome, Role, Scenario, Turn
 from ibrl_bench.domains.dealnodeal import parser, prompts, scenarios
 from ibrl_bench.domains.dealnodeal.rules import ITEMS, Vec, dot, is_agreement, is_pareto_optimal
 
@@ -41,9 +41,10 @@ class DealOrNoDeal(Domain):
     default_max_turns = DEFAULT_MAX_TURNS
     prompt_version = prompts.PROMPT_VERSION
     prompt_hash = prompts.PROMPT_HASH
+    prompts = prompts.PROMPTS  # last: from here on the class body's `prompts` is the dict
 
-    def chat_messages(self, obs: Observation) -> list[dict[str, str]]:
-        return prompts.chat_messages(obs)
+    def chat_messages(self, obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[str, str]]:
+        return prompts.chat_messages(obs, self.role_prompt(prompt).name)
 
     def scenario_set(self, split: str = "test", n: int | None = None):
         return scenarios.scenario_set(split, n)

@@ -1,13 +1,19 @@
 """Role prompts for language-model agents playing Deal-or-NoDeal.
 
-The prompt states the rules, the role's own private values (never the other side's) and the
-exact move format. The text is versioned: PROMPT_VERSION changes whenever the wording does, and
-its hash is recorded in every run manifest, so results from different prompts are never mixed up.
+A prompt states the rules, the role's own private values (never the other side's) and the exact
+move format. Two wordings, each versioned (its version changes whenever its text does) and hashed
+into every run manifest, so results from different prompts are never mixed up:
+- `full` (the default): the rules in prose, about 300 tokens before any dialogue;
+- `compact`: the same facts and tags in a few dozen tokens, for small models, whose training and
+  rollout cost is mostly the prompt (benchmarks/train_step_cost.py --prompts measures it). Its
+  select instruction also restates the deal on the table (the last proposal, from either side) as
+  the items this role would take: public information, read off the dialogue the way a game's
+  screen would show it, so that a small model need not do the subtraction itself.
 """
 
 from __future__ import annotations
 
-from ibrl_bench.domains.base import Observation, chat_from_dialogue, content_hash
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Observation, RolePrompt, chat_from_dialogue, content_hash
 
 PROMPT_VERSION = "dnd-prompt-v1"
 
@@ -32,24 +38,58 @@ SELECT = (
 TEMPLATES = {"system": SYSTEM, "open": OPEN, "select": SELECT}
 PROMPT_HASH = content_hash([PROMPT_VERSION, TEMPLATES])
 
+COMPACT = {
+    "system": "Deal or No Deal, {max_turns} messages. Pool: {pool_tags}. Your values: {value_tags}. "
+              "Propose what you take: <propose>book=X hat=Y ball=Z</propose>; accept: <selection>.",
+    "open": "You start.",
+    "select": "Talk over. {table} State what you take: <split>book=X hat=Y ball=Z</split> or <split>no deal</split>.",
+}
+
+PROMPTS = {
+    DEFAULT_PROMPT: RolePrompt(DEFAULT_PROMPT, PROMPT_VERSION, TEMPLATES),
+    "compact": RolePrompt("compact", "dnd-compact-v1", COMPACT),
+}
+
 
 def _pool(counts: list[int], items: list[str]) -> str:
     return ", ".join(f"{n} {item}{'s' if n != 1 else ''}" for item, n in zip(items, counts))
 
 
-def chat_messages(obs: Observation) -> list[dict[str, str]]:
-    """The conversation as this role sees it: its own messages as the assistant's, the other
-    side's as the user's."""
+def _tags(numbers: list[int], items: list[str]) -> str:
+    return " ".join(f"{item}={n}" for item, n in zip(items, numbers))
+
+
+def _table(obs: Observation) -> str:
+    """The last proposal of the dialogue, as the items this role would take under it."""
+    from ibrl_bench.domains.dealnodeal.parser import parse_proposal
+    from ibrl_bench.domains.dealnodeal.rules import complement
+
+    counts = tuple(obs.private["counts"])
+    for message in reversed(obs.dialogue):
+        take = parse_proposal(message.text, counts)
+        if take is not None:
+            mine = take if message.role == obs.role else complement(counts, take)
+            return f"On the table, you take {_tags(list(mine), obs.private['items'])}."
+    return "No offer is on the table."
+
+
+def chat_messages(obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[str, str]]:
+    """The conversation as this role sees it under the prompt called `prompt`: its own messages
+    as the assistant's, the other side's as the user's."""
+    templates = PROMPTS[prompt].templates
     p = obs.private
-    system = SYSTEM.format(
+    system = templates["system"].format(
         pool=_pool(p["counts"], p["items"]),
         values=", ".join(f"{item}={v}" for item, v in zip(p["items"], p["values"])),
+        pool_tags=_tags(p["counts"], p["items"]),
+        value_tags=_tags(p["values"], p["items"]),
         max_turns=obs.max_turns,
     )
-    messages = chat_from_dialogue(system, obs, OPEN)
+    messages = chat_from_dialogue(system, obs, templates["open"])
     if obs.phase == "select":
+        select = templates["select"].format(table=_table(obs)) if "{table}" in templates["select"] else templates["select"]
         if messages[-1]["role"] == "user":  # keep roles alternating for strict chat templates
-            messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + SELECT}
+            messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + select}
         else:
-            messages.append({"role": "user", "content": SELECT})
+            messages.append({"role": "user", "content": select})
     return messages

@@ -1,13 +1,14 @@
 """Role prompts for language-model agents playing Vehicle TeleSales.
 
 Each prompt states the protocol, the role's own brief (never the other's) and the exact tags. The
-wording is versioned: PROMPT_VERSION changes whenever it does, and its hash goes into each run
-manifest. Scripted agents do not read prompts.
+wording is versioned: a prompt's version changes whenever its text does, and its hash goes into
+each run manifest. Two wordings: `full` (the default) and `compact`, the same brief and tags with
+the prose cut, for small models. Scripted agents do not read prompts.
 """
 
 from __future__ import annotations
 
-from ibrl_bench.domains.base import Observation, chat_from_dialogue, content_hash
+from ibrl_bench.domains.base import DEFAULT_PROMPT, Observation, RolePrompt, chat_from_dialogue, content_hash
 from ibrl_bench.domains.telesales.catalog import load_catalog
 
 PROMPT_VERSION = "ts-prompt-v1"
@@ -43,8 +44,22 @@ OPEN = "The call starts now. Open it."
 TEMPLATES = {"seller": SELLER, "buyer": BUYER, "open": OPEN}
 PROMPT_HASH = content_hash([PROMPT_VERSION, TEMPLATES])
 
+COMPACT = {
+    "seller": "Sell a car by phone, {max_turns} messages. Stock (floors private):\n{inventory}\nExtras (cost): {incentives}. "
+              "Offer: <offer>vehicle=ID price=N extras=ID,ID</offer>. Below floor, not in stock or missing a must-have: no sale. Be brief.",
+    "buyer": "You are a {temperament} car buyer, {max_turns} messages. Must have: {must_haves}. Nice: {nice}. "
+             "Budget ${budget}; fair price ${reservation} (+${nice_bonus} per nice-to-have). Extras you value: {extras}. "
+             "Patience: {patience} messages. <accept> takes the latest offer; <leave> ends the call. Be brief.",
+    "open": "The call starts.",
+}
 
-def _seller(obs: Observation) -> str:
+PROMPTS = {
+    DEFAULT_PROMPT: RolePrompt(DEFAULT_PROMPT, PROMPT_VERSION, TEMPLATES),
+    "compact": RolePrompt("compact", "ts-compact-v1", COMPACT),
+}
+
+
+def _seller(obs: Observation, template: str) -> str:
     catalog = load_catalog()
     brief = obs.private["brief"]
     lines = []
@@ -54,11 +69,11 @@ def _seller(obs: Observation) -> str:
         lines.append(f"- {item['vehicle']}: {v.summary() if v else ''}; features: {features or 'none'}; "
                      f"list ${v.list_price if v else '?'}; floor ${item['floor']}")
     incentives = ", ".join(f"{i['id']} (${i['cost']})" for i in brief["incentives"]) or "none"
-    return SELLER.format(dealership=brief["dealership"], inventory="\n".join(lines), incentives=incentives,
+    return template.format(dealership=brief["dealership"], inventory="\n".join(lines), incentives=incentives,
                          max_turns=obs.max_turns)
 
 
-def _buyer(obs: Observation) -> str:
+def _buyer(obs: Observation, template: str) -> str:
     catalog = load_catalog()
     p = obs.private["persona"]
     need = p["must_haves"]
@@ -71,7 +86,7 @@ def _buyer(obs: Observation) -> str:
         parts.append(f"at least {need['min_seats']} seats")
     parts += [catalog.feature_name(f) for f in need["features"]]
     extras = ", ".join(f"{k} (worth ${v})" for k, v in p["incentive_values"].items()) or "none in particular"
-    return BUYER.format(
+    return template.format(
         temperament=p["temperament"], must_haves="; ".join(parts) or "nothing specific",
         nice=", ".join(catalog.feature_name(f) for f in p["nice_to_haves"]) or "nothing in particular",
         budget=p["budget"], reservation=p["reservation"], nice_bonus=p["nice_bonus"], extras=extras,
@@ -79,6 +94,7 @@ def _buyer(obs: Observation) -> str:
     )
 
 
-def chat_messages(obs: Observation) -> list[dict[str, str]]:
-    system = _seller(obs) if obs.role == "seller" else _buyer(obs)
-    return chat_from_dialogue(system, obs, OPEN)
+def chat_messages(obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[str, str]]:
+    templates = PROMPTS[prompt].templates
+    system = _seller(obs, templates["seller"]) if obs.role == "seller" else _buyer(obs, templates["buyer"])
+    return chat_from_dialogue(system, obs, templates["open"])

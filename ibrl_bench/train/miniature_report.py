@@ -1,0 +1,188 @@
+"""The miniature's report (train/miniature.py): learning curves, the learning gate, the table.
+
+Learning curves: per trained role and step, the mean reward against the training partner (the
+mean over the step's groups, one per scenario) with a 95% t interval over those groups, and the
+role's KL to the SFT reference and token entropy, from each run's train_log.jsonl.
+
+Learning gate: the groups of the last `learning_window` steps against those of the first (each
+group a scenario's mean over its G episodes; scenarios differ between steps, so the two sets are
+independent samples): Welch's t interval for last - first (scipy.stats.ttest_ind). A role learned
+only if the interval lies above 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RUNS = {"ibrl": "IB-RL", "unilateral-sft": "unilateral vs SFT", "unilateral-boulware": "unilateral vs boulware"}
+
+
+def trained_roles(out: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(run label, role, its log records) for every trained role of the three RL runs."""
+    from ibrl_bench.train.steplog import read_log
+
+    found = []
+    for folder, label in RUNS.items():
+        records = read_log(out / folder)
+        for role in records[0]["reward_groups"]:
+            found.append((label, role, records))
+    return found
+
+
+def _t_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    mean = float(x.mean())
+    if len(x) < 2 or float(x.std(ddof=1)) == 0.0:
+        return mean, mean, mean
+    low, high = stats.t.interval(confidence, len(x) - 1, loc=mean, scale=stats.sem(x))
+    return mean, float(low), float(high)
+
+
+def curves(out: Path, config: Any) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    for label, role, records in trained_roles(out):
+        steps = [r["step"] for r in records]
+        reward = [_t_interval(r["reward_groups"][role]) for r in records]
+        name = f"{label}, role {role}"
+        line = axes[0].plot(steps, [m for m, _, _ in reward], marker="o", ms=3, label=name)[0]
+        axes[0].fill_between(steps, [lo for _, lo, _ in reward], [hi for _, _, hi in reward], alpha=0.15,
+                             color=line.get_color())
+        axes[1].plot(steps, [r["kl"][role] for r in records], marker="o", ms=3, label=name)
+        axes[2].plot(steps, [r["entropy"][role] for r in records], marker="o", ms=3, label=name)
+    axes[0].set_ylabel("reward vs training partner\n(mean of groups, 95% t)")
+    axes[1].set_ylabel("KL to SFT reference")
+    axes[2].set_ylabel("token entropy")
+    axes[2].set_xlabel("RL step")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Miniature: learning curves per trained role")
+    fig.tight_layout()
+    path = out / "curves.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def learning_gates(out: Path, config: Any) -> list[dict[str, Any]]:
+    from scipy import stats
+
+    gates = []
+    for label, role, records in trained_roles(out):
+        window = min(config.learning_window, len(records) // 2) or 1
+        first = [x for r in records[:window] for x in r["reward_groups"][role]]
+        last = [x for r in records[-window:] for x in r["reward_groups"][role]]
+        entry: dict[str, Any] = {"run": label, "role": role, "window": window, "first": sum(first) / len(first),
+                                 "last": sum(last) / len(last), "n_first": len(first), "n_last": len(last)}
+        entry["difference"] = entry["last"] - entry["first"]
+        low = high = None
+        if len(first) >= 2 and len(last) >= 2 and len(set(first + last)) > 1:
+            ci = stats.ttest_ind(last, first, equal_var=False).confidence_interval(0.95)
+            low, high = float(ci.low), float(ci.high)
+        entry.update(low=low, high=high, method="Welch t, 95%, groups (scenarios) of the first and last steps",
+                     learned=low is not None and low > 0)
+        gates.append(entry)
+    return gates
+
+
+def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dict[str, Any]]:
+    """Per method: own score and agreement against the held-out panel (mean of its members, per
+    game) and against its own training counterpart, with cluster-bootstrap intervals."""
+    from ibrl_bench.runs import load_run
+    from ibrl_bench.stats.intervals import mean_interval
+
+    episodes = load_run(run).episodes
+    episodes = episodes[episodes["status"] != "error"]
+    rows = []
+    for name, m in methods.items():
+        mine = episodes[episodes["policy"] == m["policy"]]
+        row: dict[str, Any] = {"method": name}
+        for column, counterparts in (("heldout", config.heldout), ("train", [m["train_counterpart"]])):
+            cells = mine[mine["counterpart"].isin(counterparts)]
+            per_game = cells.groupby(["scenario_id", "seed"]).agg(score=("policy_score", "mean"),
+                                                                  agreement=("agreement", "mean"),
+                                                                  invalid=("status", lambda s: (s == "invalid").mean()))
+            scenarios = per_game.index.get_level_values("scenario_id").astype(str).to_numpy()
+            for metric in ("score", "agreement", "invalid"):
+                iv = mean_interval(per_game[metric].to_numpy(dtype=float), scenarios, n_resamples=2000, seed=0)
+                row[f"{column}_{metric}"] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "method": iv.method}
+        rows.append(row)
+    return rows
+
+
+def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
+    if not x or x.get("estimate") is None:
+        return "n/a"
+    if x.get("low") is None:
+        return fmt.format(x["estimate"])
+    return f"{fmt.format(x['estimate'])} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
+
+
+def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict[str, Any]],
+             mismatch: dict[str, Any], curves_path: Path, config: Any) -> str:
+    g = state["gate"]
+    learned = {(e["run"], e["role"]): e["learned"] for e in gates}
+    role = config.unilateral_role
+    lines = ["# Miniature: results", "",
+             "## Warm-start gate (before any RL)", "",
+             f"SFT policy at temperature {g['temperature']:g}; gate: invalid <= {g['max_invalid']:.0%} and own reward > 0 "
+             f"in >= {g['min_paying']:.0%} of self-play episodes: **{'passed' if g['passed'] else 'failed'}**.", "",
+             "| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |", "|---|---|---|---|---|---|"]
+    for name in ("self_play", "boulware"):
+        n = g[name]
+        lines.append(f"| {name} | {n['episodes']} | {n['invalid']:.1%} | {n['paying']:.1%} | {n['agreement']:.1%} | "
+                     f"{n['policy_score']:.2f} |")
+    lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
+              "| run | role | first | last | last - first [95% CI] | learned |", "|---|---|---|---|---|---|"]
+    for e in gates:
+        ci = "n/a" if e["low"] is None else f"{e['difference']:+.2f} [{e['low']:+.2f}, {e['high']:+.2f}]"
+        lines.append(f"| {e['run']} | {e['role']} | {e['first']:.2f} | {e['last']:.2f} | {ci} | "
+                     f"{'yes' if e['learned'] else '**did not learn**'} |")
+    lines += ["", f"Interval: {gates[0]['method'] if gates else ''}; window {gates[0]['window'] if gates else ''} steps.",
+              "", f"![learning curves]({curves_path.name})", "",
+              f"## Cross-play (test split, role {role}, temperature {config.temperature:g})", "",
+              "Own score (0-10) and agreement; held-out = mean over the held-out panel per game; intervals: "
+              "cluster bootstrap over scenarios, 95%.", "",
+              "| method | learned | score vs held-out | score vs own partner | agreement vs held-out | invalid vs held-out |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        key = {"IB-RL": ("IB-RL", role), "unilateral vs SFT": ("unilateral vs SFT", role),
+               "unilateral vs boulware": ("unilateral vs boulware", role)}.get(r["method"])
+        status = "reference" if key is None else ("yes" if learned.get(key) else "no")
+        lines.append(f"| {r['method']} | {status} | {_iv(r['heldout_score'])} | {_iv(r['train_score'])} | "
+                     f"{_iv(r['heldout_agreement'], '{:.0%}')} | {_iv(r['heldout_invalid'], '{:.0%}')} |")
+    lines += ["", "## Mismatch against the SFT reference (own score)", "",
+              "gap = score vs own training partner - mean vs held-out panel; DiD = gap minus the SFT reference's gap "
+              "on the same partners (positive: gained more against its own partner than against the panel).", "",
+              "| method | gap [95% CI] | DiD vs SFT [95% CI] | DiD p (sign-flip) |", "|---|---|---|---|"]
+    for name, m in mismatch["methods"].items():
+        did = m.get("did")
+        p = (m.get("did_test") or {}).get("p_value")
+        lines.append(f"| {name} | {_iv(m['gap']['difference'])} | {_iv(did)} | {'n/a' if p is None else f'{p:.3f}'} |")
+    lines += ["", "IB-RL minus unilateral, paired by game (difference of DiDs; negative: IB-RL overfit its "
+              "partner less):", ""]
+    for name, d in mismatch["versus"].items():
+        lines.append(f"- vs {name}: {_iv(d)} ({d['method']}, {d['n_games']} games, {d['n_scenarios']} scenarios)")
+    summary = json.loads((curves_path.parent / "summary.json").read_text())
+    lines += ["", "## Cost (stages before this report)", "",
+              "| stage | status | wall s | CPU s |", "|---|---|---|---|"]
+    for st in summary["stages"]:
+        lines.append(f"| {st['name']} | {st['status']} | {st['wall_s']:.0f} | {st['cpu_s']:.0f} |")
+    lines.append(f"| total | | {summary['wall_s']:.0f} | {summary['cpu_s']:.0f} |")
+    claims = [k for k, v in learned.items() if v]
+    lines += ["", "## What this shows", ""]
+    if not claims:
+        lines.append("No trained role passed the learning gate: **did not learn**. The cross-play and mismatch numbers "
+                     "above compare policies that are the SFT start up to noise; nothing is claimed from them.")
+    else:
+        lines.append("Roles that passed the learning gate: " + ", ".join(f"{r} role {ro}" for r, ro in claims) + ". "
+                     "Only comparisons between methods whose trained role learned are read; the others did not learn.")
+    return "\n".join(lines) + "\n"

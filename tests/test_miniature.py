@@ -1,0 +1,68 @@
+"""The miniature (train/miniature.py) end to end at a toy size: every stage runs and leaves its
+output, and a warm start that fails the gate stops the run before any RL."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+from ibrl_bench.train import miniature  # noqa: E402
+
+TOY = dict(transcript_scenarios=3, max_turns=4, max_new_tokens=8, max_length=160, eval_scenarios=2,
+           sft={"from_scratch": {"shape": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1}},
+                "steps": 2, "batch_size": 8, "min_own_reward": 0, "heldout_share": 0},
+           rl={"steps": 2, "scenarios_per_step": 1, "group_size": 2, "micro_batch_size": 16},
+           learning_window=1)
+
+
+@pytest.mark.slow
+def test_every_stage_runs_and_leaves_its_output(tmp_path):
+    # The toy SFT model cannot play; the gate is opened so that the rest of the pipeline runs.
+    config = miniature.MiniatureConfig(out=str(tmp_path / "mini"), gate={"scenarios": 2, "max_invalid": 1.0,
+                                                                         "min_paying": 0.0}, **TOY)
+    stages = miniature.run(config)
+    assert [s.name for s in stages] == list(miniature.STAGES)
+    assert all(s.status == "ran" and s.wall_s > 0 for s in stages)
+    out = tmp_path / "mini"
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"]] == list(miniature.STAGES)
+    for folder in ("ibrl/checkpoint-a", "ibrl/checkpoint-b", "unilateral-sft/checkpoint-a",
+                   "unilateral-boulware/checkpoint-a", "sft/checkpoint"):
+        assert (out / folder / "config.json").is_file(), folder
+    for folder in ("ibrl", "unilateral-sft", "unilateral-boulware"):
+        lines = (out / folder / "train_log.jsonl").read_text().splitlines()
+        assert len(lines) == 2 and "reward_groups" in json.loads(lines[0])
+    episodes = (out / "crossplay/run/episodes.jsonl").read_text().splitlines()
+    # 4 policies x (3 held-out + SFT copy + boulware + IB-RL's other role) x 2 scenarios, in role a
+    assert len(episodes) == 4 * 6 * 2
+    mismatch = json.loads((out / "mismatch/mismatch.json").read_text())
+    assert set(mismatch["methods"]) == {"SFT reference", "IB-RL", "unilateral vs SFT", "unilateral vs boulware"}
+    assert mismatch["methods"]["IB-RL"]["did"] is not None
+    report = (out / "report.md").read_text()
+    assert "Learning gate" in report and "curves.png" in report and (out / "curves.png").stat().st_size > 1000
+    # A repeated command reuses every finished stage.
+    again = miniature.run(config)
+    assert [s.status for s in again] == ["reused"] * len(miniature.STAGES)
+
+
+@pytest.mark.slow
+def test_a_warm_start_that_fails_the_gate_stops_the_run_with_the_numbers(tmp_path):
+    config = miniature.MiniatureConfig(out=str(tmp_path / "mini"), gate={"scenarios": 2, "min_paying": 1.0}, **TOY)
+    stages = miniature.run(config)
+    assert [s.name for s in stages] == ["transcripts", "sft", "gate"] and stages[-1].status == "stopped"
+    assert not (tmp_path / "mini" / "ibrl").exists()
+    report = (tmp_path / "mini" / "report.md").read_text()
+    assert "stopped at the warm-start gate" in report and "| self_play | 4 |" in report
+
+
+def test_a_bad_miniature_recipe_is_one_line(tmp_path):
+    from test_cli import assert_one_line_error, ibrl
+
+    recipe = tmp_path / "mini.yaml"
+    recipe.write_text("version: 1\nmethod: miniature\nout: x\nrl_steps: 3\n")
+    assert_one_line_error(ibrl("miniature", "--recipe", str(recipe)), "unknown key rl_steps")
+    shipped = Path(__file__).parent.parent / "training" / "miniature" / "miniature.yaml"
+    assert_one_line_error(ibrl("miniature", "--recipe", str(shipped), "gate.min_paying=2"), "gate.min_paying")

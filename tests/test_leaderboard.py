@@ -19,7 +19,7 @@ import yaml
 from ibrl_bench.agents.cards import load_card
 from ibrl_bench.domains import get_domain
 from ibrl_bench.leaderboard import files
-from ibrl_bench.leaderboard.board import build_board, render_md, write_board
+from ibrl_bench.leaderboard.board import Entry, build_board, render_md, write_board
 from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.scoring import SCORING_VERSION
@@ -447,6 +447,13 @@ def test_the_shipped_boards_are_built_from_reference_bundles_that_verify(monkeyp
             assert last.metrics["agreement"].overall.estimate == max(
                 e.metrics["agreement"].overall.estimate for e in board.entries)
     assert seeded >= 10
+
+
+def _entry(name: str, low: float, est: float, high: float) -> Entry:
+    iv = Interval(estimate=est, low=low, high=high, method="test", confidence=0.95, n=10, n_clusters=10)
+    return Entry(rank=None, name=name, org=None, policy=f"scripted:dealnodeal/{name}", model={}, estimate=iv,
+                 per_counterpart={}, first_seen="2026-12-01T00:00:00+00:00",
+                 submitted_at="2026-12-01T00:00:00+00:00", submissions=1, bundle=name)
 
 
 def _board_frame(shifts: dict[str, float], scenarios: int = 30, seed: int = 7) -> pd.DataFrame:

@@ -41,6 +41,11 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
     mismatch = json.loads((out / "mismatch/mismatch.json").read_text())
     assert set(mismatch["methods"]) == {"SFT reference", "IB-RL", "unilateral vs SFT", "unilateral vs boulware"}
     assert mismatch["methods"]["IB-RL"]["did"] is not None
+    # IB-RL's DiD minus each unilateral run's, with its interval (the method-vs-method number).
+    assert set(mismatch["versus"]) == {"unilateral vs SFT", "unilateral vs boulware"}
+    for v in mismatch["versus"].values():  # toy checkpoints may score alike: an interval can be undefined, never wrong
+        assert v["estimate"] is not None and v["method"]
+        assert v["low"] is None or v["low"] <= v["estimate"] <= v["high"]
     report = (out / "report.md").read_text()
     assert "Learning gate" in report and "curves.png" in report and (out / "curves.png").stat().st_size > 1000
     # A repeated command reuses every finished stage.

@@ -292,47 +292,38 @@ def crossplay(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> d
 
 
 def mismatch(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """Each method's gap and difference-in-differences against the SFT reference, and IB-RL's DiD
+    minus each unilateral run's, paired by game, the held-out panel as a sample of counterparts
+    (`stats.mismatch.mismatch_many`, as `ibrl-bench mismatch --method ... --reference ...`)."""
     from ibrl_bench.runs import load_run
-    from ibrl_bench.stats.mismatch import mismatch as gap_of
+    from ibrl_bench.stats.mismatch import mismatch_many
 
     frame = load_run(state["crossplay"]["run"]).episodes
     runs = state["crossplay"]["methods"]
     reference = runs["SFT reference"]["policy"]
-    out: dict[str, Any] = {"metric": "policy_score", "heldout": config.heldout, "methods": {}, "versus": {}}
-    for name, m in runs.items():
-        result = gap_of(frame, m["policy"], m["train_counterpart"], heldout=config.heldout,
-                        reference=None if name == "SFT reference" else reference, metric="policy_score")
-        out["methods"][name] = json.loads(result.model_dump_json())
-    for name in ("unilateral vs SFT", "unilateral vs boulware"):
-        out["versus"][name] = did_difference(frame, runs["IB-RL"], runs[name], reference, config.heldout)
+    trained = {name: m for name, m in runs.items() if name != "SFT reference"}
+    result = mismatch_many(frame, methods=[(m["policy"], m["train_counterpart"]) for m in trained.values()],
+                           reference=reference, heldout=config.heldout, metric="policy_score")
+    names = {(m["policy"], m["train_counterpart"]): name for name, m in trained.items()}
+    out: dict[str, Any] = {"metric": "policy_score", "heldout": config.heldout, "view": result.view,
+                           "notes": result.notes, "methods": {}, "versus": {}}
+    # The reference's own gap, against the SFT copy it is (the partner the unilateral run trains with).
+    (own,) = mismatch_many(frame, methods=[(reference, runs["SFT reference"]["train_counterpart"])],
+                           heldout=config.heldout, metric="policy_score").results
+    out["methods"]["SFT reference"] = json.loads(own.model_dump_json())
+    for r in result.results:
+        out["methods"][names[(r.policy, r.train_counterpart)]] = json.loads(r.model_dump_json())
+    by_policy = {m["policy"]: name for name, m in trained.items()}
+    for c in result.comparisons:  # each read as IB-RL minus the other method
+        first, second = by_policy[c.a], by_policy[c.b]
+        d = json.loads(c.did_difference.model_dump_json())
+        if second == "IB-RL":
+            first, second = second, first
+            d = {**d, "estimate": -d["estimate"], "low": -d["high"], "high": -d["low"]}
+        if first == "IB-RL":
+            out["versus"][second] = {**d, "p": c.test.p_value, "p_holm": c.p_holm}
     (folder / "mismatch.json").write_text(json.dumps(out, indent=2) + "\n")
     return {"file": str(folder / "mismatch.json")}
-
-
-def did_difference(frame: Any, first: dict[str, str], second: dict[str, str], reference: str,
-                   heldout: list[str], metric: str = "policy_score") -> dict[str, Any]:
-    """DiD(first) - DiD(second), both against `reference`, paired by game (scenario, seed, role);
-    cluster bootstrap over scenarios. Positive: `first` gained more against its own training
-    counterpart, relative to the held-out panel, than `second` did (it overfit more)."""
-    import numpy as np
-
-    from ibrl_bench.stats.intervals import cluster_bootstrap
-    from ibrl_bench.stats.paired import GAME, scored_with_metric
-
-    data, _ = scored_with_metric(frame, metric)
-    wide = data.set_index([*GAME, "policy", "counterpart"])["y"].unstack(["policy", "counterpart"])
-
-    def did(method: dict[str, str]) -> Any:
-        p, c = method["policy"], method["train_counterpart"]
-        held = sum(wide[(p, h)] - wide[(reference, h)] for h in heldout) / len(heldout)
-        return (wide[(p, c)] - wide[(reference, c)]) - held
-
-    diff = (did(first) - did(second)).dropna()
-    scenarios = diff.index.get_level_values("scenario_id").astype(str).to_numpy()
-    interval = cluster_bootstrap(diff.to_numpy(dtype=float), scenarios, n_resamples=2000, seed=0)
-    return {"estimate": interval.estimate, "low": interval.low, "high": interval.high,
-            "method": f"paired {interval.method}", "confidence": interval.confidence, "n_games": int(len(diff)),
-            "n_scenarios": int(np.unique(scenarios).size)}
 
 
 def report(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[str, Any]:

@@ -94,10 +94,10 @@ def learning_gates(out: Path, config: Any) -> list[dict[str, Any]]:
 
 
 def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dict[str, Any]]:
-    """Per method: own score and agreement against the held-out panel (mean of its members, per
-    game) and against its own training counterpart, with cluster-bootstrap intervals."""
+    """Per method: own score, agreement and invalid rate against the held-out panel and against its
+    own training counterpart, each with the interval engine's interval over scenarios."""
     from ibrl_bench.runs import load_run
-    from ibrl_bench.stats.intervals import mean_interval
+    from ibrl_bench.stats.intervals import interval_of
 
     episodes = load_run(run).episodes
     episodes = episodes[episodes["status"] != "error"]
@@ -107,12 +107,11 @@ def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dic
         row: dict[str, Any] = {"method": name}
         for column, counterparts in (("heldout", config.heldout), ("train", [m["train_counterpart"]])):
             cells = mine[mine["counterpart"].isin(counterparts)]
-            per_game = cells.groupby(["scenario_id", "seed"]).agg(score=("policy_score", "mean"),
-                                                                  agreement=("agreement", "mean"),
-                                                                  invalid=("status", lambda s: (s == "invalid").mean()))
-            scenarios = per_game.index.get_level_values("scenario_id").astype(str).to_numpy()
-            for metric in ("score", "agreement", "invalid"):
-                iv = mean_interval(per_game[metric].to_numpy(dtype=float), scenarios, n_resamples=2000, seed=0)
+            scenarios = cells["scenario_id"].astype(str).to_numpy()
+            values = {"score": ("mean", cells["policy_score"]), "agreement": ("rate", cells["agreement"]),
+                      "invalid": ("rate", cells["status"] == "invalid")}
+            for metric, (kind, series) in values.items():
+                iv = interval_of(kind, series.to_numpy(dtype=float), scenarios)
                 row[f"{column}_{metric}"] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "method": iv.method}
         rows.append(row)
     return rows
@@ -162,15 +161,18 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
     lines += ["", "## Mismatch against the SFT reference (own score)", "",
               "gap = score vs own training partner - mean vs held-out panel; DiD = gap minus the SFT reference's gap "
               "on the same partners (positive: gained more against its own partner than against the panel).", "",
-              "| method | gap [95% CI] | DiD vs SFT [95% CI] | DiD p (sign-flip) |", "|---|---|---|---|"]
+              "| method | gap [95% CI] | DiD vs SFT [95% CI] | DiD p (Holm over methods) |", "|---|---|---|---|"]
     for name, m in mismatch["methods"].items():
         did = m.get("did")
-        p = (m.get("did_test") or {}).get("p_value")
+        p = m.get("p_holm") if m.get("p_holm") is not None else (m.get("did_test") or {}).get("p_value")
         lines.append(f"| {name} | {_iv(m['gap']['difference'])} | {_iv(did)} | {'n/a' if p is None else f'{p:.3f}'} |")
     lines += ["", "IB-RL minus unilateral, paired by game (difference of DiDs; negative: IB-RL overfit its "
               "partner less):", ""]
     for name, d in mismatch["versus"].items():
-        lines.append(f"- vs {name}: {_iv(d)} ({d['method']}, {d['n_games']} games, {d['n_scenarios']} scenarios)")
+        p = "n/a" if d.get("p_holm") is None else f"{d['p_holm']:.3f}"
+        lines.append(f"- vs {name}: {_iv(d)} ({d['method']}; p after Holm over the method pairs {p}; "
+                     f"{d['n']} games over {d['n_clusters']} scenarios)")
+    lines += [f"- {note}" for note in mismatch.get("notes", [])]
     summary = json.loads((curves_path.parent / "summary.json").read_text())
     lines += ["", "## Cost (stages before this report)", "",
               "| stage | status | wall s | CPU s |", "|---|---|---|---|"]

@@ -191,10 +191,11 @@ def vtiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(vtiny):
     """One engine (two LoRA slots) shared by the tests below; each builds agents on it."""
-    from ibrl_bench.agents.vllm_local import VLLMParams, load_engine
+    from ibrl_bench.agents.vllm_local import VLLMParams, load_engine, shutdown_engine
 
     llm, tokenizer = load_engine(vtiny, VLLMParams(max_lora_rank=8, kv_cache_gb=0.25), str(vtiny), loras=2)
-    return llm, tokenizer
+    yield llm, tokenizer
+    shutdown_engine(llm)
 
 
 def agent_on(engine, folder, trace=False, lora=None, **params):

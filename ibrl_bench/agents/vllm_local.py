@@ -224,9 +224,17 @@ class VLLMAgent(BatchedAgent):
 
     async def aclose(self) -> None:
         await super().aclose()
-        shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
-        if callable(shutdown):  # frees the engine's process and memory now, not at exit
-            shutdown()
+        shutdown_engine(self.llm)
+
+
+def shutdown_engine(llm: Any) -> None:
+    """Free an engine's process and memory now, once (a second call does nothing). vLLM's LLM has
+    no close of its own: its engine client shuts the engine down when it is garbage collected, and
+    on a CPU, where the engine runs in this process, that shutdown also tears down the process's
+    distributed state, under whichever engine was started since."""
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if callable(getattr(client, "shutdown", None)):
+        client.shutdown()
 
 
 def eos_ids(folder: Path, tokenizer: Any) -> list[int]:

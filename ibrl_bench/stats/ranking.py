@@ -425,6 +425,10 @@ def uniform_means(frame: pd.DataFrame, metric: str = "success_at_1", confidence:
                               for cp in counterparts], axis=1)  # scenarios x counterparts
             out[p] = crossed_interval(by_cp, n=n // len(policies), confidence=confidence, n_resamples=n_resamples,
                                       seed=seed, limits=(0.0, 1.0) if kind == "rate" else None).difference
+            if out[p].low is None and kind == "rate" and len(sizes[p]) == k:
+                # Every game at 0 (or at 1): nothing varies to resample, yet the rate is not known
+                # exactly; the rate interval over scenarios still bounds it (never a bare 100%).
+                out[p] = proportion_interval(per_scenario, sizes[p], confidence)
         elif kind == "rate" and len(sizes[p]) == k:
             out[p] = proportion_interval(per_scenario, sizes[p], confidence)
         else:

@@ -86,7 +86,8 @@ def test_bad_parameters_are_user_errors():
         build_scripted("dealnodeal", "conceder", {"reservation": 11})
     with pytest.raises(UserError, match=r"unknown parameter 'nonsense' for scripted:dealnodeal/fair; valid parameters: "):
         build_scripted("dealnodeal", "fair", {"nonsense": 1})
-    with pytest.raises(UserError, match=r"valid parameters: beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0$"):
+    with pytest.raises(UserError, match=r"valid parameters: beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0, "
+                                        r"terse: bool = False$"):
         build_scripted("dealnodeal", "boulware", {"foo": 1})
 
 

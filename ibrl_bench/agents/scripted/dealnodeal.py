@@ -356,6 +356,9 @@ class Pushover(Negotiator):
     name = "pushover"
     sentence = "You can have everything: {theirs}. I keep {mine}."
 
+    def __init__(self, terse: bool = False):
+        self.terse = _flag("terse", terse)
+
     def propose(self, view: View) -> Vec:
         return tuple(0 for _ in view.counts)
 

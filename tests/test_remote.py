@@ -55,7 +55,7 @@ def test_openai_backend_plays_the_same_games_as_the_agent_behind_it(tmp_path):
     )
     from ibrl_bench.stats.matrix import summarize
 
-    results = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=12, n_resamples=200)
+    results = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=12)
     for cell in results.cells:
         expected = sum(r.usage[r.policy_role].prompt_tokens for r in b.values() if r.policy_role == cell.policy_role)
         assert cell.usage["policy"].prompt_tokens == expected > 0

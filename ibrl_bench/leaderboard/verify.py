@@ -134,12 +134,9 @@ def seat_plan(spec: str, declared: dict[str, str] | None = None) -> tuple[bool, 
         card = load_card(parsed.target)
         if card.backend == "scripted":
             return True, REASKED
-        if card.backend not in ("hf", "vllm"):
-            return False, f"not re-asked: {card.backend} API model"
-        if float(card.params.get("temperature", 0) or 0) > 0:
-            return False, "not re-asked: sampled decoding"
-        if card.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-            return False, "not re-asked: vLLM is not installed here"
+        local, why = _decodes_greedily_here(card.backend, card.params)
+        if not local:
+            return False, why
         here = model_identity(card.spec(), "")
         pin = here.get("package") or here.get("weights_sha256")
         if not pin or (card.revision and here.get("package") and card.revision != here["package"]):
@@ -147,18 +144,27 @@ def seat_plan(spec: str, declared: dict[str, str] | None = None) -> tuple[bool, 
         return True, REASKED
     if parsed.kind == "scripted":
         return True, REASKED
-    if parsed.kind not in ("hf", "vllm"):
-        return False, f"not re-asked: {'plugin code' if parsed.kind == 'python' else parsed.kind + ' API model'}"
-    if float(parsed.params.get("temperature", 0) or 0) > 0:
-        return False, "not re-asked: sampled decoding"
-    if parsed.kind == "vllm" and importlib.util.find_spec("vllm") is None:
-        return False, "not re-asked: vLLM is not installed here"
+    local, why = _decodes_greedily_here(parsed.kind, parsed.params)
+    if not local:
+        return False, why
     here = model_identity(spec, "")
     if not (here.get("weights_sha256") or here.get("package")):
         return False, "not re-asked: the weights are not here"
     if declared is not None and here != declared:
         return False, "not re-asked: the weights here differ from the declared ones"
     return True, REASKED
+
+
+def _decodes_greedily_here(kind: str, params: dict) -> tuple[bool, str]:
+    """Whether a seat of this backend kind and parameters is a local model decoding greedily that
+    can run here (the weights are checked by the caller), and why not."""
+    if kind not in ("hf", "vllm"):
+        return False, f"not re-asked: {'plugin code' if kind == 'python' else kind + ' API model'}"
+    if float(params.get("temperature", 0) or 0) > 0:
+        return False, "not re-asked: sampled decoding"
+    if kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        return False, "not re-asked: vLLM is not installed here"
+    return True, ""
 
 
 # The fields a model identity may hold, per kind of policy spec (bundle.model_identity writes them).

@@ -347,13 +347,11 @@ STAGE_FUNCTIONS: dict[str, Callable[[MiniatureConfig, Path, dict[str, Any]], dic
 
 
 def _gate_report(result: dict[str, Any]) -> str:
+    from ibrl_bench.train import miniature_report
+
     lines = ["# Miniature: stopped at the warm-start gate", "",
              f"The SFT policy at temperature {result['temperature']:g} does not play well enough for RL to have "
              f"a signal (gate: invalid <= {result['max_invalid']:.0%} and own reward > 0 in >= "
              f"{result['min_paying']:.0%} of self-play episodes). No RL was run; nothing is claimed.", "",
-             "| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |", "|---|---|---|---|---|---|"]
-    for name in ("self_play", "boulware"):
-        n = result[name]
-        lines.append(f"| {name} | {n['episodes']} | {n['invalid']:.1%} | {n['paying']:.1%} | {n['agreement']:.1%} | "
-                     f"{n['policy_score']:.2f} |")
+             *miniature_report.gate_table(result)]
     return "\n".join(lines) + "\n"

@@ -125,6 +125,16 @@ def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(x['estimate'])} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
 
 
+def gate_table(gate: dict[str, Any]) -> list[str]:
+    """The warm-start gate's numbers per partner, as markdown table lines."""
+    lines = ["| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |", "|---|---|---|---|---|---|"]
+    for name in ("self_play", "boulware"):
+        n = gate[name]
+        lines.append(f"| {name} | {n['episodes']} | {n['invalid']:.1%} | {n['paying']:.1%} | {n['agreement']:.1%} | "
+                     f"{n['policy_score']:.2f} |")
+    return lines
+
+
 def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict[str, Any]],
              mismatch: dict[str, Any], curves_path: Path, config: Any) -> str:
     g = state["gate"]
@@ -134,11 +144,7 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
              "## Warm-start gate (before any RL)", "",
              f"SFT policy at temperature {g['temperature']:g}; gate: invalid <= {g['max_invalid']:.0%} and own reward > 0 "
              f"in >= {g['min_paying']:.0%} of self-play episodes: **{'passed' if g['passed'] else 'failed'}**.", "",
-             "| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |", "|---|---|---|---|---|---|"]
-    for name in ("self_play", "boulware"):
-        n = g[name]
-        lines.append(f"| {name} | {n['episodes']} | {n['invalid']:.1%} | {n['paying']:.1%} | {n['agreement']:.1%} | "
-                     f"{n['policy_score']:.2f} |")
+             *gate_table(g)]
     lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
               "| run | role | first | last | last - first [95% CI] | learned |", "|---|---|---|---|---|---|"]
     for e in gates:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -49,16 +46,23 @@ def test_every_shipped_card_and_panel_validates():
         card = load_card(name)
         assert card.key_env is None or card.key_env.isupper()
         assert card.spec().startswith(card.backend + ":")
-        if card.backend == "hf":  # its parameters are ones the backend takes (without loading weights)
-            from ibrl_bench.agents.generation import parse_params
-            from ibrl_bench.agents.hf_local import HFParams
-            from ibrl_bench.agents.spec import parse_spec
-
-            parse_params(parse_spec(card.spec()), HFParams)
     for panel in (SHIPPED / "panels").glob("*.yaml"):
         for spec in load_panel(panel.stem).members:
             if spec.startswith("card:"):
                 load_card(spec.removeprefix("card:"))
+
+
+def test_every_shipped_hf_card_takes_only_parameters_the_backend_knows():
+    pytest.importorskip("torch", reason="HFParams lives in agents/hf_local.py, which imports torch")
+    from ibrl_bench.agents.generation import parse_params
+    from ibrl_bench.agents.hf_local import HFParams
+    from ibrl_bench.agents.spec import parse_spec
+
+    cards = [load_card(p.stem) for p in sorted(SHIPPED.glob("*.yaml"))]
+    hf = [card for card in cards if card.backend == "hf"]
+    assert hf  # smollm2-135m-instruct at least
+    for card in hf:  # parsed as the backend parses them, without loading weights
+        parse_params(parse_spec(card.spec()), HFParams)
 
 
 def test_card_spec_names_the_key_variable_never_the_key(monkeypatch):
@@ -126,24 +130,20 @@ def test_panels_expand_wherever_a_spec_goes(cards, tmp_path):
         build_agent("panel:mine", "dealnodeal")
 
 
-def ibrl(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "ibrl_bench", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
-
-
-def test_counterparts_command_lists_shows_and_checks(tmp_path):
+def test_counterparts_command_lists_shows_and_checks(ibrl, monkeypatch):
     listed = ibrl("counterparts", "list", env={"COLUMNS": "200"})
-    assert listed.returncode == 0 and "deepseek-v4-pro" in listed.stdout and "dealnodeal-scripted-heldout" in listed.stdout
+    assert listed.returncode == 0
+    assert "deepseek-v4-pro" in listed.stdout and "dealnodeal-scripted-heldout" in listed.stdout
     shown = ibrl("counterparts", "show", "gpt-4.1-mini")
-    assert shown.returncode == 0 and "gpt-4.1-mini-2025-04-14" in shown.stdout and "key_env=OPENAI_API_KEY" in shown.stdout
-    env = {k: v for k, v in os.environ.items() if k != "DEEPSEEK_API_KEY"}
-    missing = subprocess.run([sys.executable, "-m", "ibrl_bench", "counterparts", "check", "deepseek-v4-pro"],
-                             capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0
+    assert "gpt-4.1-mini-2025-04-14" in shown.stdout and "key_env=OPENAI_API_KEY" in shown.stdout
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+    missing = ibrl("counterparts", "check", "deepseek-v4-pro")
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
     assert "DEEPSEEK_API_KEY is not set" in missing.stderr
 
 
-def test_counterparts_check_sends_one_request(tmp_path):
+def test_counterparts_check_sends_one_request(ibrl, tmp_path):
     pytest.importorskip("fastapi")
     from ibrl_bench.testing.fake_openai import Faults, make_app, serve
 

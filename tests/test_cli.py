@@ -1,39 +1,20 @@
-"""The command line as a user runs it: real processes, exit codes, one-line errors."""
+"""The command line as a user runs it: exit codes, written results, one-line errors.
+
+Most cases run `cli.main(argv)` in this process (the `ibrl` fixture); the exit status of a stopped
+run is checked on a real process as well (`ibrl_process`)."""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
-
-
-def ibrl(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    # The tests' folder (for plugins) before whatever PYTHONPATH already names (a checkout to test).
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "ibrl_bench", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=timeout)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    lines = [x for x in proc.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ")
-    for f in fragments:
-        assert f in lines[0], lines[0]
+from cli_helpers import assert_one_line_error
 
 
 @pytest.mark.slow
-def test_crossplay_without_arguments_runs_the_demo(tmp_path):
+def test_crossplay_without_arguments_runs_the_demo(ibrl, tmp_path):
     proc = ibrl("crossplay", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "runs").iterdir()
@@ -47,7 +28,7 @@ def test_crossplay_without_arguments_runs_the_demo(tmp_path):
         "scripted:dealnodeal/conceder", "scripted:dealnodeal/hardliner", "scripted:dealnodeal/random"]
 
 
-def test_crossplay_writes_the_documented_results(tmp_path):
+def test_crossplay_writes_the_documented_results(ibrl, tmp_path):
     out = tmp_path / "run"
     proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/boulware",
                 "--role", "a", "--scenarios", "8", "--seeds", "2", "--out", str(out), "--quiet")
@@ -74,17 +55,15 @@ def test_crossplay_writes_the_documented_results(tmp_path):
     assert again.returncode == 0 and "16 of 16 episodes already done" in again.stderr
 
 
-def test_show_recomputes_a_run_that_never_finished(tmp_path):
-    out = tmp_path / "run"
-    assert ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/random",
-                "--scenarios", "3", "--out", str(out), "--quiet").returncode == 0
+def test_show_recomputes_a_run_that_never_finished(ibrl, scripted_run_copy):
+    out = scripted_run_copy
     (out / "results.json").unlink()
     proc = ibrl("show", str(out))
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "results.json").read_text())["complete"]
 
 
-def test_play_prints_one_episode_turn_by_turn():
+def test_play_prints_one_episode_turn_by_turn(ibrl):
     proc = ibrl("play", "--policy", "scripted:dealnodeal/boulware", "--counterpart", "scripted:dealnodeal/fair",
                 "--scenario", "3", "--seed", "1")
     assert proc.returncode == 0, proc.stderr
@@ -126,11 +105,11 @@ def test_play_prints_one_episode_turn_by_turn():
         (["crossplay", "--bogus-flag"], ["--bogus-flag"]),
     ],
 )
-def test_bad_input_gets_one_clear_line(args, fragments, tmp_path):
+def test_bad_input_gets_one_clear_line(ibrl, args, fragments, tmp_path):
     assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
 
 
-def test_a_run_folder_of_another_configuration_is_refused(tmp_path):
+def test_a_run_folder_of_another_configuration_is_refused(ibrl, tmp_path):
     out = str(tmp_path / "run")
     base = ["crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/random",
             "--out", out, "--quiet"]
@@ -138,7 +117,7 @@ def test_a_run_folder_of_another_configuration_is_refused(tmp_path):
     assert_one_line_error(ibrl(*base, "--scenarios", "3"), "different configuration", "another --out")
 
 
-def test_infrastructure_errors_are_reported_not_scored(tmp_path):
+def test_infrastructure_errors_are_reported_not_scored(ibrl, tmp_path):
     out = tmp_path / "run"
     proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "python:plugins:Broken",
                 "--counterpart", "scripted:dealnodeal/random", "--scenarios", "4", "--retries", "1",
@@ -152,16 +131,17 @@ def test_infrastructure_errors_are_reported_not_scored(tmp_path):
     assert not results["complete"]
 
 
-def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(tmp_path):
+def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(ibrl_process, tmp_path):
     out = tmp_path / "run"
-    proc = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "python:plugins:Broken",
+    proc = ibrl_process("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "python:plugins:Broken",
                 "--scenarios", "30", "--retries", "0", "--concurrency", "1", "--out", str(out), "--quiet")
     assert proc.returncode == 2
     assert "infrastructure errors" in proc.stderr and "rerun the same command" in proc.stderr
     assert json.loads((out / "results.json").read_text())["complete"] is False
 
 
-@pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True), (["train", "sft", "--recipe", "r.yaml"], False),
+@pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True),
+                                             (["train", "sft", "--recipe", "r.yaml"], False),
                                              (["train", "ibrl", "--recipe", "r.yaml"], True)])
 def test_ctrl_c_promises_a_resume_only_where_a_run_folder_resumes(argv, resumable, monkeypatch, capsys):
     from ibrl_bench import cli as cli_module

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli import assert_one_line_error, ibrl
 
+from cli_helpers import assert_one_line_error
 from ibrl_bench.agents.panels import load_panel
 from ibrl_bench.errors import UserError
 
@@ -14,7 +14,7 @@ SELLERS = ["consultative", "discount_led", "pushy_upseller", "by_the_book"]
 BUYERS = ["hurried", "skeptical", "friendly", "analytical"]
 
 
-def test_crossplay_telesales_defaults_to_scripted_sellers_against_the_buyer_panel(tmp_path):
+def test_crossplay_telesales_defaults_to_scripted_sellers_against_the_buyer_panel(ibrl, tmp_path):
     out = tmp_path / "run"
     proc = ibrl("crossplay", "--domain", "telesales", "--scenarios", "6", "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -36,7 +36,7 @@ def test_crossplay_telesales_defaults_to_scripted_sellers_against_the_buyer_pane
 
 
 @pytest.mark.slow
-def test_the_full_default_telesales_matrix(tmp_path):
+def test_the_full_default_telesales_matrix(ibrl, tmp_path):
     proc = ibrl("crossplay", "--domain", "telesales", "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "runs").iterdir()
@@ -46,7 +46,7 @@ def test_the_full_default_telesales_matrix(tmp_path):
     assert min(rates) < 0.3 and max(rates) > 0.8
 
 
-def test_a_buyer_policy_against_the_seller_panel_plays_the_buyer(tmp_path):
+def test_a_buyer_policy_against_the_seller_panel_plays_the_buyer(ibrl, tmp_path):
     out = tmp_path / "run"
     proc = ibrl("crossplay", "--domain", "telesales", "--policy", "scripted:telesales/analytical",
                 "--panel", "telesales-sellers-heldout", "--scenarios", "3", "--out", str(out), "--quiet")
@@ -55,13 +55,13 @@ def test_a_buyer_policy_against_the_seller_panel_plays_the_buyer(tmp_path):
     assert {c["policy_role"] for c in results["cells"]} == {"buyer"} and len(results["cells"]) == 4
 
 
-def test_play_as_the_buyer_defaults_to_a_scripted_buyer():
+def test_play_as_the_buyer_defaults_to_a_scripted_buyer(ibrl):
     proc = ibrl("play", "--domain", "telesales", "--role", "buyer", "--scenario", "2")
     assert proc.returncode == 0, proc.stderr
     assert "buyer (scripted:telesales/friendly):" in proc.stdout
 
 
-def test_play_telesales_shows_a_readable_sale():
+def test_play_telesales_shows_a_readable_sale(ibrl):
     proc = ibrl("play", "--domain", "telesales", "--scenario", "1")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -70,7 +70,7 @@ def test_play_telesales_shows_a_readable_sale():
     assert "<offer>vehicle=" in out and "<accept>" in out and "sold " in out and "outcome" in out
 
 
-def test_a_scripted_agent_in_the_wrong_role_stops_the_run_with_one_clear_error(tmp_path):
+def test_a_scripted_agent_in_the_wrong_role_stops_the_run_with_one_clear_error(ibrl, tmp_path):
     # Without --role the policy plays both roles; a seller cannot play the buyer, nor a buyer the seller.
     proc = ibrl("crossplay", "--domain", "telesales", "--policy", "scripted:telesales/consultative",
                 "--counterpart", "scripted:telesales/friendly", "--scenarios", "2", "--out", str(tmp_path / "r"))
@@ -91,7 +91,7 @@ def test_a_scripted_agent_in_the_wrong_role_stops_the_run_with_one_clear_error(t
     (["play", "--domain", "telesales", "--role", "buyer", "--policy", "scripted:telesales/consultative"],
      ["consultative is a seller; it cannot play the buyer role"]),
 ])
-def test_bad_telesales_input_gets_one_clear_line(args, fragments, tmp_path):
+def test_bad_telesales_input_gets_one_clear_line(ibrl, args, fragments, tmp_path):
     assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
 
 
@@ -107,9 +107,10 @@ def test_panels_name_their_roles_and_old_panels_still_load(tmp_path, monkeypatch
         load_panel("odd")
 
 
-def test_crossplay_telesales_buyer_demo_seats_scripted_buyers_against_the_seller_panel(tmp_path):
+def test_crossplay_telesales_buyer_demo_seats_scripted_buyers_against_the_seller_panel(ibrl, tmp_path):
     out = tmp_path / "run"
-    proc = ibrl("crossplay", "--domain", "telesales", "--role", "buyer", "--scenarios", "2", "--out", str(out), "--quiet")
+    proc = ibrl("crossplay", "--domain", "telesales", "--role", "buyer", "--scenarios", "2", "--out", str(out),
+                "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert "telesales-sellers-heldout" in proc.stderr
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]

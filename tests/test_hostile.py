@@ -14,12 +14,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from cli_helpers import CliResult, run_in_process, run_process
 
 TESTS = Path(__file__).parent
 FAIR, BOULWARE, CONCEDER, HARDLINER = (f"scripted:dealnodeal/{n}" for n in ("fair", "boulware", "conceder", "hardliner"))
@@ -138,8 +138,6 @@ def _tracks(lb: Path) -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from ibrl_bench import cli
-
     world = tmp_path_factory.mktemp("world")
     (world / "afile").write_text("x")
     (world / "bin.txt").write_bytes(bytes(range(256)) * 4)
@@ -156,26 +154,14 @@ def world(tmp_path_factory):
     _tracks(world / "lb")
     _trainings(world)
 
-    def main(argv):
-        return _call(cli, argv)
-
-    _runs(world, main)
+    _runs(world, _call)
     return world
 
 
-def _call(cli, argv: list[str]) -> tuple[int | str, str, str]:
+def _call(argv: list[str]) -> tuple[int | str, str, str]:
     """`ibrl-bench ARGV` in this process: (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli.main(argv)
-        except SystemExit as e:
-            code = e.code if e.code is not None else 0
-    return code, out.getvalue(), err.getvalue()
+    result = run_in_process(argv)
+    return result.returncode, result.stdout, result.stderr
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -407,15 +393,13 @@ def test_the_table_holds_enough_cases():
 
 @pytest.mark.parametrize("name, argv, fragment, env", CASES, ids=[c[0] for c in CASES])
 def test_hostile_input_gets_one_line_and_changes_nothing(world, monkeypatch, name, argv, fragment, env):
-    from ibrl_bench import cli
-
     monkeypatch.chdir(world)
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.delenv("IBRL_TEST_UNSET_KEY", raising=False)
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, str(world / value))
     before = snapshot(world)
-    code, out, err = _call(cli, argv)
+    code, out, err = _call(argv)
     lines = [line for line in (out + err).splitlines() if line.strip()]
     assert code not in (0, None), (out, err)
     assert len(lines) == 1 and lines[0].startswith("error: "), out + err
@@ -425,14 +409,11 @@ def test_hostile_input_gets_one_line_and_changes_nothing(world, monkeypatch, nam
 
 # ---------------------------------------------------------------- as a user runs them
 
-def ibrl(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-            "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ibrl_bench", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=timeout)
+def ibrl(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> CliResult:
+    return run_process(*args, cwd=cwd, env=env, timeout=timeout)
 
 
-def one_line(proc: subprocess.CompletedProcess) -> str:
+def one_line(proc: CliResult) -> str:
     assert proc.returncode not in (0, None)
     assert "Traceback" not in proc.stdout + proc.stderr
     lines = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()]
@@ -522,7 +503,6 @@ SENTINEL = "sk-SENTINEL-echo-0123456789abcdef"
 
 def test_a_key_echoed_by_an_endpoint_never_reaches_the_terminal(tmp_path, monkeypatch):
     pytest.importorskip("fastapi")
-    from ibrl_bench import cli
     from ibrl_bench.testing.fake_openai import Faults, make_app, serve
 
     monkeypatch.setenv("IBRL_TEST_ECHO_KEY", SENTINEL)
@@ -534,8 +514,8 @@ def test_a_key_echoed_by_an_endpoint_never_reaches_the_terminal(tmp_path, monkey
         (cp / "echo.yaml").write_text(f"version: 1\nid: echo\nbackend: openai\nmodel: {BOULWARE}\nbase_url: {url}\n"
                                       "key_env: IBRL_TEST_ECHO_KEY\ndomains: [dealnodeal]\n")
         policy = f"openai:{BOULWARE}@{url}?key_env=IBRL_TEST_ECHO_KEY&observation=true"
-        played = _call(cli, ["play", "--policy", policy, "--scenario", "1"])
-        checked = _call(cli, ["counterparts", "check", "echo"])
+        played = _call(["play", "--policy", policy, "--scenario", "1"])
+        checked = _call(["counterparts", "check", "echo"])
     for code, out, err in (played, checked):
         assert code == 0, out + err
         assert SENTINEL not in out + err
@@ -544,13 +524,12 @@ def test_a_key_echoed_by_an_endpoint_never_reaches_the_terminal(tmp_path, monkey
 
 def test_remote_retries_are_recorded_per_episode_and_summed_per_cell(tmp_path):
     pytest.importorskip("fastapi")
-    from ibrl_bench import cli
     from ibrl_bench.testing.fake_openai import Faults, make_app, serve
 
     app = make_app(Faults(p_500=0.3, p_429=0.1, retry_after_s=0.0, seed=3))
     with serve(app) as url:
         policy = f"openai:{BOULWARE}@{url}?key_env=none&observation=true&backoff=0.001&max_backoff=0.01&max_attempts=8"
-        code, out, err = _call(cli, [*X, "--policy", policy, "--counterpart", CONCEDER, "--out", str(tmp_path / "r")])
+        code, out, err = _call([*X, "--policy", policy, "--counterpart", CONCEDER, "--out", str(tmp_path / "r")])
     assert code == 0, out + err
     records = [json.loads(line) for line in (tmp_path / "r" / "episodes.jsonl").read_text().splitlines()]
     assert all(r["outcome"]["status"] != "error" for r in records)
@@ -563,14 +542,13 @@ def test_remote_retries_are_recorded_per_episode_and_summed_per_cell(tmp_path):
 
 
 def test_a_stopped_run_cancels_what_is_in_flight_and_counts_what_the_folder_holds(tmp_path, monkeypatch):
-    from ibrl_bench import cli
     from ibrl_bench.domains import get_domain
 
     monkeypatch.syspath_prepend(str(TESTS))
     first = get_domain("dealnodeal").scenario_set("test", 1).scenarios[0].id
     agent = f"python:hostile:FailButFirstHangs?hang_on={first}"
     started = time.monotonic()
-    code, out, err = _call(cli, [*X, "--scenarios", "30", "--retries", "0", "--concurrency", "4", "--policy", FAIR,
+    code, out, err = _call([*X, "--scenarios", "30", "--retries", "0", "--concurrency", "4", "--policy", FAIR,
                                  "--counterpart", agent, "--role", "a", "--out", str(tmp_path / "r")])
     assert time.monotonic() - started < 5  # the episode hanging in flight (for an hour) was cancelled
     assert code == 2
@@ -581,23 +559,19 @@ def test_a_stopped_run_cancels_what_is_in_flight_and_counts_what_the_folder_hold
     assert int(stop.group(1)) == sum(json.loads(r)["outcome"]["status"] == "error" for r in records)
 
 
-def test_show_and_the_analysis_commands_read_the_episodes_not_a_stale_results_json(tmp_path):
-    from ibrl_bench import cli
-
-    out_dir = tmp_path / "r"
-    argv = ["crossplay", "--quiet", "--policy", FAIR, "--policy", BOULWARE, "--counterpart", CONCEDER,
-            "--role", "a", "--scenarios", "3", "--concurrency", "1", "--out", str(out_dir)]
-    assert _call(cli, argv)[0] == 0
+def test_show_and_the_analysis_commands_read_the_episodes_not_a_stale_results_json(scripted_run_copy):
+    # fair and boulware against conceder, role a, 3 scenarios, one episode at a time (conftest.py)
+    out_dir = scripted_run_copy
     # As if killed at four episodes of a resumed run whose first part wrote a results.json of six.
     log = out_dir / "episodes.jsonl"
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:4]))
-    code, out, err = _call(cli, ["show", str(out_dir)])
+    code, out, err = _call(["show", str(out_dir)])
     assert code == 0, err
     assert "unfinished: 4 of 6 planned episodes are recorded" in out
     results = json.loads((out_dir / "results.json").read_text())
     assert sum(c["n_episodes"] for c in results["cells"]) == 4 and not results["complete"]
-    code, out, err = _call(cli, ["compare", str(out_dir), "fair", "boulware", "--json"])
+    code, out, err = _call(["compare", str(out_dir), "fair", "boulware", "--json"])
     assert code == 0 and "is unfinished: 4 of 6 planned episodes are scored" in err
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))  # boulware's cell: none yet
-    code, out, err = _call(cli, ["rank", str(out_dir)])
+    code, out, err = _call(["rank", str(out_dir)])
     assert code == 2 and "rank needs a score in every cell" in err and "boulware vs" in err

@@ -3,11 +3,10 @@ refused safely, and the board's rank rule."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
-import re
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,96 +15,20 @@ import pandas as pd
 import pytest
 import yaml
 
+from cli_helpers import assert_one_line_error
 from ibrl_bench.agents.cards import load_card
 from ibrl_bench.domains import get_domain
+from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.board import Entry, build_board, render_md, write_board
-from ibrl_bench.errors import UserError
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.scoring import SCORING_VERSION
-from ibrl_bench.leaderboard.submit import default_run_folder, make_bundle, suite_config
+from ibrl_bench.leaderboard.submit import default_run_folder, suite_config
 from ibrl_bench.leaderboard.track import Track, check_pins, current_pins, load_track
 from ibrl_bench.leaderboard.verify import verify_bundle
-from ibrl_bench.runner.crossplay import Crossplay, episode_key
-from ibrl_bench.runner.store import RunStore
+from ibrl_bench.runner.crossplay import episode_key
 from ibrl_bench.stats.intervals import Interval
-from test_cli import assert_one_line_error, ibrl
-
-POLICY = "scripted:dealnodeal/boulware"
-CARD = {"version": 1, "id": "tough", "description": "the hardliner, as a pinned card", "backend": "scripted",
-        "model": "dealnodeal/hardliner", "domains": ["dealnodeal"]}
-
-
-def write_track(root: Path, version: int = 1, n: int = 4) -> Track:
-    """A small offline track: a scripted counterpart and a card (of a scripted agent), 4 scenarios,
-    ranked on the policy's points as the Deal-or-NoDeal tracks are."""
-    draft = Track(version=version, domain="dealnodeal", name="tiny", kind="offline", split="test",
-                  scenarios={"version": "-", "n": n, "hash": "-"},
-                  panel=[{"spec": "scripted:dealnodeal/random"}, {"spec": "card:tough"}],
-                  roles=["a", "b"], max_turns=10, metrics=["policy_score", "agreement"], min_episodes_per_cell=n)
-    pins = current_pins(draft)
-    track = draft.model_copy(update={
-        "scenarios": draft.scenarios.model_copy(update=pins["scenarios"]),
-        "panel": [m.model_copy(update={"card_hash": pins["cards"][m.spec]}) for m in draft.panel],
-        "prompt": pins["prompt"],
-    })
-    folder = root / "dealnodeal" / "tiny"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "track.yaml").write_text(yaml.safe_dump(track.model_dump(mode="json")))
-    return track
-
-
-def _point_env(tmp: Path, mp: pytest.MonkeyPatch) -> None:
-    mp.setenv("IBRL_BENCH_COUNTERPARTS", str(tmp / "counterparts"))
-    mp.setenv("IBRL_BENCH_LEADERBOARDS", str(tmp / "leaderboards"))
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    """One submitted bundle of the tiny track per module (the track, its card and the bundle);
-    tests get a copy, so that an attack on one never reaches another and no test reruns a suite."""
-    tmp = tmp_path_factory.mktemp("pristine")
-    (tmp / "counterparts").mkdir()
-    (tmp / "counterparts" / "tough.yaml").write_text(yaml.safe_dump(CARD))
-    with pytest.MonkeyPatch.context() as mp:
-        _point_env(tmp, mp)
-        write_track(tmp / "leaderboards")
-        submit(tmp)
-    return tmp
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch, pristine):
-    """A leaderboards root with the tiny track, and a counterparts folder with its card."""
-    for name in ("counterparts", "leaderboards"):
-        shutil.copytree(pristine / name, tmp_path / name)
-    shutil.rmtree(tmp_path / "leaderboards" / "dealnodeal" / "tiny" / "submissions")
-    _point_env(tmp_path, monkeypatch)
-    return tmp_path
-
-
-def submit(tmp: Path, name: str = "Boulware", policy: str = POLICY, train: str | None = None) -> Path:
-    """What `ibrl-bench submit` does, in process: the track's suite, then the bundle."""
-    track = load_track("dealnodeal/tiny")
-    check_pins(track)
-    config = suite_config(track, policy, train, concurrency=8)
-    n = len(list(tmp.glob("run-*")))
-    out = tmp / f"run-{n}"
-    asyncio.run(Crossplay(config, out).run())
-    bundle = tmp / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / f"{name.lower()}-{n}"
-    while bundle.exists():  # beside a bundle copied from the pristine one
-        bundle = bundle.with_name(bundle.name + "x")
-    make_bundle(track, RunStore(out), bundle, policy=policy, name=name, org="tests", train_counterpart=train)
-    return bundle
-
-
-@pytest.fixture
-def bundle(env, pristine) -> Path:
-    """A copy of the pristine bundle, under the copied track's submissions/."""
-    (src,) = (pristine / "leaderboards" / "dealnodeal" / "tiny" / "submissions").iterdir()
-    dst = env / "leaderboards" / "dealnodeal" / "tiny" / "submissions" / src.name
-    shutil.copytree(src, dst)
-    return dst
+from leaderboard_helpers import CARD, POLICY, submit, write_track
 
 
 def episodes(bundle: Path) -> list[dict]:
@@ -133,7 +56,7 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 
 # ------------------------------------------------------------------------------ round trip
 
-def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
+def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, board_root):
     verdict = verify_bundle(bundle)
     assert verdict.ok, verdict.problems
     assert verdict.n_episodes == 2 * 2 * 4  # counterparts x roles x scenarios
@@ -163,16 +86,16 @@ def test_a_submitted_bundle_verifies_and_reaches_the_board(bundle, env):
     assert js.read_bytes() == before
 
 
-def test_the_second_submission_under_a_name_is_counted_and_replaces_the_first(bundle, env):
-    second = submit(env, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
+def test_the_second_submission_under_a_name_is_counted_and_replaces_the_first(bundle, board_root):
+    second = submit(board_root, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
     assert verify_bundle(second).submission.earlier_submissions == 1
     board = build_board(load_track("dealnodeal/tiny"))
     (entry,) = board.entries  # one row per name: the latest bundle, not the best
     assert entry.policy == "scripted:dealnodeal/boulware?beta=0.5" and entry.submissions == 2
 
 
-def test_a_declared_training_counterpart_gives_the_mismatch_column(env):
-    bundle = submit(env, name="Trained", train="scripted:dealnodeal/conceder")
+def test_a_declared_training_counterpart_gives_the_mismatch_column(board_root):
+    bundle = submit(board_root, name="Trained", train="scripted:dealnodeal/conceder")
     verdict = verify_bundle(bundle)
     assert verdict.ok, verdict.problems
     gap = verdict.submission.scores.mismatch
@@ -184,39 +107,39 @@ def test_a_declared_training_counterpart_gives_the_mismatch_column(env):
 
 
 @pytest.mark.slow
-def test_submit_defaults_keep_tracks_apart_and_pass_the_move_timeout(env):
+def test_submit_defaults_keep_tracks_apart_and_pass_the_move_timeout(ibrl, board_root):
     # Track `tiny` + name "x y" and a track `tiny-x` + name "y" must not share a run folder.
     track = load_track("dealnodeal/tiny")
     other = track.model_copy(update={"name": "tiny-x"})
     assert default_run_folder(track, "x y") != default_run_folder(other, "y")
     proc = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
-                "--move-timeout", "7.5", "--bundle", "bundle", "--quiet", cwd=env)
+                "--move-timeout", "7.5", "--bundle", "bundle", "--quiet", cwd=board_root)
     assert proc.returncode == 0, proc.stderr
-    manifest = json.loads((env / default_run_folder(track, "Boulware CLI") / "manifest.json").read_text())
+    manifest = json.loads((board_root / default_run_folder(track, "Boulware CLI") / "manifest.json").read_text())
     assert manifest["config"]["move_timeout"] == 7.5
 
 
 @pytest.mark.slow
-def test_submit_verify_build_show_on_the_command_line(env):
-    bundle = env / "bundle"
+def test_submit_verify_build_show_on_the_command_line(ibrl, board_root):
+    bundle = board_root / "bundle"
     # A relative bundle path, as `submit` makes by default.
     proc = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
-                "--out", str(env / "run"), "--bundle", "bundle", "--quiet", cwd=env)
+                "--out", str(board_root / "run"), "--bundle", "bundle", "--quiet", cwd=board_root)
     assert proc.returncode == 0, proc.stderr
     assert "bundle: bundle (16 episodes" in proc.stdout
     again = ibrl("submit", "--track", "dealnodeal/tiny", "--policy", POLICY, "--name", "Boulware CLI",
-                 "--out", str(env / "run"), "--bundle", str(bundle), "--quiet", cwd=env)
+                 "--out", str(board_root / "run"), "--bundle", str(bundle), "--quiet", cwd=board_root)
     assert_one_line_error(again, "is not empty")  # a bundle is never overwritten
-    proc = ibrl("leaderboard", "verify", str(bundle), cwd=env)
+    proc = ibrl("leaderboard", "verify", str(bundle), cwd=board_root)
     assert proc.returncode == 0, proc.stderr
     assert "16 episodes replayed on dealnodeal/tiny" in proc.stdout
-    submissions = env / "leaderboards" / "dealnodeal" / "tiny" / "submissions"
+    submissions = board_root / "leaderboards" / "dealnodeal" / "tiny" / "submissions"
     submissions.mkdir()
     bundle.rename(submissions / "boulware-cli")
-    proc = ibrl("leaderboard", "build", cwd=env)
+    proc = ibrl("leaderboard", "build", cwd=board_root)
     assert proc.returncode == 0, proc.stderr
     assert "1 entries, 0 bundles rejected" in proc.stdout
-    proc = ibrl("leaderboard", "show", "--track", "dealnodeal/tiny", cwd=env)
+    proc = ibrl("leaderboard", "show", "--track", "dealnodeal/tiny", cwd=board_root)
     assert proc.returncode == 0, proc.stderr
     assert "Boulware CLI" in proc.stdout and "tough" in proc.stdout
 
@@ -262,10 +185,10 @@ def test_a_changed_counterpart_card_is_caught(bundle):
     assert any(target["key"] in p and "card hashes" in p and "0123456789abcdef" in p for p in found), found
 
 
-def test_a_counterpart_swapped_behind_its_card_is_caught(env, bundle):
+def test_a_counterpart_swapped_behind_its_card_is_caught(board_root, bundle):
     """Episodes played against another counterpart (the random one), relabelled as the pinned card:
     every hash and key is right, but the card's agent does not say what the transcript says."""
-    easy = submit(env, name="Easy-run", policy=POLICY)
+    easy = submit(board_root, name="Easy-run", policy=POLICY)
     records = episodes(bundle)
     by_game = {(r["counterpart"], r["policy_role"], r["scenario_id"]): r for r in episodes(easy)}
     swapped = 0
@@ -295,8 +218,8 @@ def test_a_swapped_scenario_is_caught(bundle):
     assert any(train.id in p and "not in the track's scenario set" in p for p in found), found
 
 
-def test_a_bundle_from_an_older_track_version_is_caught(bundle, env):
-    write_track(env / "leaderboards", version=2)
+def test_a_bundle_from_an_older_track_version_is_caught(bundle, board_root):
+    write_track(board_root / "leaderboards", version=2)
     (only,) = problems(bundle)
     assert "version 1" in only and "now version 2" in only
 
@@ -310,8 +233,8 @@ def test_a_restated_metric_is_caught(bundle):
     assert any(p.startswith("metric agreement overall: submission.json states") for p in found), found
 
 
-def test_a_track_whose_card_changed_cannot_be_played(env):
-    (env / "counterparts" / "tough.yaml").write_text(yaml.safe_dump({**CARD, "description": "softer now"}))
+def test_a_track_whose_card_changed_cannot_be_played(board_root):
+    (board_root / "counterparts" / "tough.yaml").write_text(yaml.safe_dump({**CARD, "description": "softer now"}))
     with pytest.raises(Exception, match="pins card:tough at card hash"):
         check_pins(load_track("dealnodeal/tiny"))
 
@@ -349,25 +272,25 @@ def _invalid_json(bundle: Path) -> None:
     (_huge, "over the"),
     (_invalid_json, "is not valid JSON"),
 ])
-def test_a_hostile_bundle_is_refused_in_one_line_and_nothing_is_written(bundle, env, attack, message):
+def test_a_hostile_bundle_is_refused_in_one_line_and_nothing_is_written(ibrl, bundle, board_root, attack, message):
     attack(bundle)
-    before = tree(env)
-    proc = ibrl("leaderboard", "verify", str(bundle), cwd=env)
+    before = tree(board_root)
+    proc = ibrl("leaderboard", "verify", str(bundle), cwd=board_root)
     assert_one_line_error(proc, "refused", message)
-    assert tree(env) == before
+    assert tree(board_root) == before
     # The board builder lists it as rejected and writes only the board files.
     track = load_track("dealnodeal/tiny")
     board = build_board(track)
     assert board.entries == [] and message in board.rejected[0].reason
-    assert str(env) not in board.rejected[0].reason  # no absolute path of the machine that built it
+    assert str(board_root) not in board.rejected[0].reason  # no absolute path of the machine that built it
     write_board(board, track)
-    assert set(tree(env)) - set(before) == {"leaderboards/dealnodeal/tiny/board.json",
+    assert set(tree(board_root)) - set(before) == {"leaderboards/dealnodeal/tiny/board.json",
                                            "leaderboards/dealnodeal/tiny/board.md",
                                            "leaderboards/dealnodeal/tiny/ledger.json"}
 
 
-def test_a_hard_link_is_refused(bundle, env):
-    outside = env / "elsewhere.md"
+def test_a_hard_link_is_refused(bundle, board_root):
+    outside = board_root / "elsewhere.md"
     outside.write_text("not part of the bundle")
     (bundle / files.README).unlink()
     os.link(outside, bundle / files.README)
@@ -383,7 +306,7 @@ def test_a_hard_link_is_refused(bundle, env):
     (POLICY, "card:tough", "card:tough"),
     (POLICY, "scripted:dealnodeal/hardliner?accept=8", "card:tough"),
 ])
-def test_a_panel_member_as_policy_or_training_counterpart_is_refused_at_submit(env, policy, train, member):
+def test_a_panel_member_as_policy_or_training_counterpart_is_refused_at_submit(board_root, policy, train, member):
     with pytest.raises(UserError, match=f"is the track's panel member {re.escape(member)}") as e:
         suite_config(load_track("dealnodeal/tiny"), policy, train, concurrency=1)
     assert "\n" not in str(e.value)
@@ -392,8 +315,8 @@ def test_a_panel_member_as_policy_or_training_counterpart_is_refused_at_submit(e
 @pytest.mark.parametrize("field, value, message", [
     ("policy", "scripted:dealnodeal/random", "the policy scripted:dealnodeal/random is the track's panel member "
                                              "scripted:dealnodeal/random"),
-    ("train_counterpart", "scripted:dealnodeal/hardliner", "the declared training counterpart "
-                                                           "scripted:dealnodeal/hardliner is the track's panel member card:tough"),
+    ("train_counterpart", "scripted:dealnodeal/hardliner",
+     "the declared training counterpart scripted:dealnodeal/hardliner is the track's panel member card:tough"),
     ("model", {"kind": "hf", "weights_sha256": "0" * 64}, "kind 'hf' does not fit the policy"),
 ])
 def test_a_bundle_naming_a_panel_member_or_a_foreign_identity_is_rejected_in_one_line(bundle, field, value, message):
@@ -493,7 +416,7 @@ def test_the_board_markdown_has_a_column_per_counterpart(bundle):
 
 # ------------------------------------------------------------------------------ tracks
 
-def test_the_track_hash_covers_what_changes_a_number_and_not_the_prose(env):
+def test_the_track_hash_covers_what_changes_a_number_and_not_the_prose(board_root):
     track = load_track("dealnodeal/tiny")
     assert track.model_copy(update={"description": "other words"}).hash == track.hash
     for change in ({"seeds": 2}, {"max_turns": 12}, {"roles": ["a"]}, {"metrics": ["policy_score"]},
@@ -501,8 +424,8 @@ def test_the_track_hash_covers_what_changes_a_number_and_not_the_prose(env):
         assert track.model_copy(update=change).hash != track.hash, change
 
 
-def test_a_malformed_track_is_one_clear_line(env):
-    path = env / "leaderboards" / "dealnodeal" / "tiny" / "track.yaml"
+def test_a_malformed_track_is_one_clear_line(ibrl, board_root):
+    path = board_root / "leaderboards" / "dealnodeal" / "tiny" / "track.yaml"
     data = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**data, "seeds": 0}))
     with pytest.raises(Exception, match=r"track.yaml: seeds: .*see leaderboards/README.md"):
@@ -510,7 +433,7 @@ def test_a_malformed_track_is_one_clear_line(env):
     path.write_text(yaml.safe_dump({**data, "min_episodes_per_cell": 99}))
     with pytest.raises(Exception, match="fewer episodes per cell than min_episodes_per_cell"):
         load_track("dealnodeal/tiny")
-    proc = ibrl("submit", "--track", "dealnodeal/nope", "--policy", POLICY, "--name", "x", cwd=env)
+    proc = ibrl("submit", "--track", "dealnodeal/nope", "--policy", POLICY, "--name", "x", cwd=board_root)
     assert_one_line_error(proc, "unknown track 'dealnodeal/nope'", "dealnodeal/tiny")
 
 
@@ -600,7 +523,7 @@ def test_a_hostile_bundle_stops_early_in_bounded_memory_with_one_line(bundle, at
     assert peak < 300 * MB, f"{peak / MB:.0f} MB"
 
 
-def test_hostile_bundles_beside_a_good_one_never_break_the_build(bundle, env):
+def test_hostile_bundles_beside_a_good_one_never_break_the_build(bundle, board_root):
     submissions = bundle.parent
     for attack, _ in HOSTILE:
         copy = submissions / f"z{attack.__name__}"
@@ -615,9 +538,9 @@ def test_hostile_bundles_beside_a_good_one_never_break_the_build(bundle, env):
 
 # ------------------------------------------------------------------------------ ranking and clock
 
-def test_a_pushover_cannot_top_a_board_ranked_on_points(bundle, env):
+def test_a_pushover_cannot_top_a_board_ranked_on_points(bundle, board_root):
     """The pushover gives the whole pool away: it agrees more often than boulware and scores 0."""
-    submit(env, name="Pushover", policy="scripted:dealnodeal/pushover")
+    submit(board_root, name="Pushover", policy="scripted:dealnodeal/pushover")
     board = build_board(load_track("dealnodeal/tiny"))
     by_name = {e.name: e for e in board.entries}
     push, boulware = by_name["Pushover"], by_name["Boulware"]
@@ -626,7 +549,7 @@ def test_a_pushover_cannot_top_a_board_ranked_on_points(bundle, env):
     assert [e.name for e in board.entries] == ["Boulware", "Pushover"] and push.rank > boulware.rank
 
 
-def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, env, monkeypatch):
+def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, board_root, monkeypatch):
     import ibrl_bench.leaderboard.board as board_module
 
     sub = json.loads((bundle / files.SUBMISSION).read_text())
@@ -635,10 +558,10 @@ def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, env, monk
     track = load_track("dealnodeal/tiny")
     monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T10:00:00+00:00")
     write_board(build_board(track), track)
-    ledger = json.loads((env / "leaderboards" / "dealnodeal" / "tiny" / "ledger.json").read_text())
+    ledger = json.loads((board_root / "leaderboards" / "dealnodeal" / "tiny" / "ledger.json").read_text())
     assert [(e["bundle"], e["first_seen"]) for e in ledger["bundles"].values()] == \
         [(bundle.name, "2026-12-03T10:00:00+00:00")]
-    later = submit(env, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
+    later = submit(board_root, name="Boulware", policy="scripted:dealnodeal/boulware?beta=0.5")
     later = later.rename(later.with_name("a-later-bundle"))  # sorts before the first one by name
     monkeypatch.setattr(board_module, "now_iso", lambda: "2026-12-03T11:00:00+00:00")
     board = build_board(track)
@@ -647,7 +570,7 @@ def test_latest_comes_from_the_ledger_not_the_bundles_own_date(bundle, env, monk
     assert entry.first_seen == "2026-12-03T11:00:00+00:00"
 
 
-def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(env):
+def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(board_root):
     from ibrl_bench.leaderboard.board import constant_column
 
     track = load_track("dealnodeal/tiny")
@@ -663,22 +586,14 @@ def test_a_column_that_is_the_same_for_every_entry_refuses_the_track(env):
 
 # ------------------------------------------------------------------------------ local model seats
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    pytest.importorskip("torch")
-    from ibrl_bench.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
-
-
 @pytest.mark.slow
-def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, env, tiny_model):
+def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, board_root, tiny_model):
     """A greedy hf: policy with a weights checksum verifies by asking the model again; its games
     swapped for a scripted agent's (keys, scores and checksums all redone) do not."""
     from ibrl_bench.leaderboard.submit import rescore
 
     policy = f"hf:{tiny_model}?max_new_tokens=16"
-    honest = submit(env, name="Tiny", policy=policy)
+    honest = submit(board_root, name="Tiny", policy=policy)
     verdict = verify_bundle(honest)
     assert verdict.ok, verdict.problems
     assert verdict.seats[policy] == "re-asked" and verdict.submission.model["weights_sha256"]
@@ -709,27 +624,27 @@ def test_a_greedy_local_seat_is_re_asked_and_a_forged_one_refused(bundle, env, t
 
 
 @pytest.mark.slow
-def test_a_model_card_must_pass_the_fidelity_gate_before_a_track_pins_it(env, tiny_model, monkeypatch):
+def test_a_model_card_must_pass_the_fidelity_gate_before_a_track_pins_it(board_root, tiny_model, monkeypatch):
     from ibrl_bench.leaderboard import fidelity
 
     card = {"version": 1, "id": "babbler", "backend": "hf", "model": str(tiny_model), "revision": "random weights",
             "params": {"temperature": 0.0, "max_new_tokens": 16}, "domains": ["dealnodeal"]}
-    (env / "counterparts" / "babbler.yaml").write_text("# a random tiny model\n" + yaml.safe_dump(card))
+    (board_root / "counterparts" / "babbler.yaml").write_text("# a random tiny model\n" + yaml.safe_dump(card))
     before = load_card("babbler").hash
     with pytest.raises(UserError, match="card babbler has no fidelity measurement for dealnodeal"):
         fidelity.check_gate(load_card("babbler"), "dealnodeal")
 
     monkeypatch.setitem(fidelity.GATES, "dealnodeal", fidelity.GATES["dealnodeal"].model_copy(update={"scenarios": 3}))
-    result = fidelity.measure(load_card("babbler"), "dealnodeal", env / "gate-run", concurrency=6)
+    result = fidelity.measure(load_card("babbler"), "dealnodeal", board_root / "gate-run", concurrency=6)
     assert result.episodes == 6 and not result.passed and result.invalid > 0.2  # random weights cannot play
     fidelity.store(load_card("babbler"), "dealnodeal", result)
     stored = load_card("babbler")
     assert stored.fidelity["dealnodeal"]["invalid"] == result.invalid and stored.hash == before
-    assert (env / "counterparts" / "babbler.yaml").read_text().startswith("# a random tiny model\n")
+    assert (board_root / "counterparts" / "babbler.yaml").read_text().startswith("# a random tiny model\n")
     with pytest.raises(UserError, match=r"card babbler fails the fidelity gate for dealnodeal \(agreement"):
         fidelity.check_gate(stored, "dealnodeal")
     # A track pinning it cannot be played, submitted to or verified.
-    root = env / "leaderboards"
+    root = board_root / "leaderboards"
     path = root / "dealnodeal" / "tiny" / "track.yaml"
     data = yaml.safe_load(path.read_text())
     data["panel"].append({"spec": "card:babbler", "card_hash": before})
@@ -753,6 +668,6 @@ def test_a_bundle_scored_under_another_version_is_rejected_until_rescored(bundle
     assert verify_bundle(bundle).ok and (bundle / files.EPISODES).read_bytes() == episodes_before
 
 
-def test_the_gate_is_for_model_cards(env):
-    proc = ibrl("counterparts", "check", "tough", "--gate", cwd=env)
+def test_the_gate_is_for_model_cards(ibrl, board_root):
+    proc = ibrl("counterparts", "check", "tough", "--gate", cwd=board_root)
     assert_one_line_error(proc, "card tough is a scripted agent", "the fidelity gate is for model counterparts")

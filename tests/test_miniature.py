@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import assert_one_line_error
+
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
@@ -63,9 +65,7 @@ def test_a_warm_start_that_fails_the_gate_stops_the_run_with_the_numbers(tmp_pat
     assert "stopped at the warm-start gate" in report and "| self_play | 4 |" in report
 
 
-def test_a_bad_miniature_recipe_is_one_line(tmp_path):
-    from test_cli import assert_one_line_error, ibrl
-
+def test_a_bad_miniature_recipe_is_one_line(ibrl, tmp_path):
     recipe = tmp_path / "mini.yaml"
     recipe.write_text("version: 1\nmethod: miniature\nout: x\nrl_steps: 3\n")
     assert_one_line_error(ibrl("miniature", "--recipe", str(recipe)), "unknown key rl_steps")

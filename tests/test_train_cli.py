@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import assert_one_line_error, ibrl
+from cli_helpers import assert_one_line_error
 
 ROOT = Path(__file__).parent.parent
 
@@ -38,18 +38,18 @@ def test_help_of_the_cli_and_of_train_imports_no_model_stack():
     (["train", "sft", "--recipe", str(ROOT / "training/dealnodeal-tiny-sft.yaml"), "transcripts=[nowhere]"],
      ["nowhere is not a run folder"]),
 ])
-def test_a_bad_recipe_or_override_is_one_line(tmp_path, args, fragments):
+def test_a_bad_recipe_or_override_is_one_line(ibrl, tmp_path, args, fragments):
     assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
 
 
 @pytest.mark.slow
-def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it(tmp_path):
+def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it(ibrl, tmp_path):
     run = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/boulware",
                "--split", "train", "--scenarios", "3", "--quiet", "--out", "runs/scripted", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     proc = ibrl("train", "sft", "--recipe", str(ROOT / "training/dealnodeal-tiny-sft.yaml"), "--quiet",
                 "transcripts=[runs/scripted]", "out=ckpt", "steps=2", "batch_size=4", "episodes=all",
-                "from_scratch.shape.num_hidden_layers=1", cwd=tmp_path, timeout=300)
+                "from_scratch.shape.num_hidden_layers=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     resolved = (tmp_path / "ckpt" / "recipe.yaml").read_text()
     assert "steps: 2" in resolved and "num_hidden_layers: 1" in resolved  # the overrides, on record
@@ -62,7 +62,7 @@ def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it
     assert args[args.index("--policy") + 1] == played_spec and "--panel" in args
     args[args.index("--scenarios") + 1] = "1"
     args[args.index("--panel") + 1] = "dealnodeal-scripted-heldout"
-    played = ibrl(*args, "--quiet", "--max-turns", "2", cwd=tmp_path, timeout=300)
+    played = ibrl(*args, "--quiet", "--max-turns", "2", cwd=tmp_path)
     assert played.returncode == 0, played.stderr
     results = json.loads(next((tmp_path / "runs").glob("dealnodeal-sft-policy/results.json")).read_text())
     assert {c["policy"] for c in results["cells"]} == {played_spec}

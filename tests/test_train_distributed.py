@@ -29,7 +29,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
-from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -93,11 +92,6 @@ torch.save(weights, os.path.join(out, f"rank-{rank}.pt"))
 '''
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
-
-
 def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, sgd=True, uneven=False, steps=2):
     """Run the worker under torchrun; return each process's record and weights (of this launch's steps)."""
     with socket.socket() as s:
@@ -152,8 +146,9 @@ def assert_close_weights(got, want):
 @pytest.mark.parametrize("mode,trainer,lora", [
     ("fsdp", "ibrl", True), ("fsdp", "ibrl", False), ("ddp", "ibrl", True),
 ], ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "ddp-ibrl-two-adapters"])
-def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_path_factory, mode, trainer, lora):
-    ranks = launch(base, tmp_path / "out", 2, mode, trainer, lora)
+def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tmp_path, tmp_path_factory, mode,
+                                                            trainer, lora):
+    ranks = launch(tiny_model_1layer, tmp_path / "out", 2, mode, trainer, lora)
     (first, first_weights), (second, second_weights) = ranks
     assert first["sharded"] == (mode == "fsdp") and second["sharded"] == (mode == "fsdp")
     # Whole groups per process: the two processes played different halves of every step.
@@ -164,7 +159,7 @@ def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_p
         for role in step_a:
             assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
     assert first["metrics"] == second["metrics"]
-    one, one_weights = single(base, tmp_path_factory, trainer, lora)
+    one, one_weights = single(tiny_model_1layer, tmp_path_factory, trainer, lora)
     assert [sorted(a + b) for a, b in zip(first["scenarios"], second["scenarios"])] == one["scenarios"]
     assert_close_metrics(first["metrics"], one["metrics"])
     assert_close_weights(first_weights, one_weights)
@@ -179,11 +174,11 @@ def test_two_processes_train_and_log_what_one_process_does(base, tmp_path, tmp_p
 
 
 @pytest.mark.parametrize("mode", ["fsdp"])  # DDP pads by the same code (ibrl.update_role); one launch less
-def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tmp_path, mode):
+def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_model_1layer, tmp_path, mode):
     """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
     one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
     buffers in every forward) and nobody waits forever."""
-    (first, first_weights), (second, second_weights) = launch(base, tmp_path / "out", 2, mode, uneven=True)
+    (first, first_weights), (second, second_weights) = launch(tiny_model_1layer, tmp_path / "out", 2, mode, uneven=True)
     for step_a, step_b in zip(first_weights, second_weights):
         for role in step_a:
             assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
@@ -191,9 +186,10 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base, tm
     assert all(m["tokens"] > 0 for m in first["metrics"])
 
 
-def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(base, tmp_path):
-    (first, weights), second = launch(base, tmp_path / "one", 2, "fsdp", sgd=False)  # the trainers' own AdamW
-    (other, other_weights), _ = launch(base, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
+def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(tiny_model_1layer, tmp_path):
+    # sgd=False: the trainers' own AdamW
+    (first, weights), second = launch(tiny_model_1layer, tmp_path / "one", 2, "fsdp", sgd=False)
+    (other, other_weights), _ = launch(tiny_model_1layer, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
     assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"]))
@@ -216,8 +212,8 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     assert progress.done == 2 and progress.errors == 0
     # Stopped after step 1 and resumed: the weights of the run never stopped, on both processes.
     # AdamW's moments are sharded like the adapters and must come back into the right shards.
-    launch(base, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=1)
-    resumed = launch(base, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=2)
+    launch(tiny_model_1layer, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=1)
+    resumed = launch(tiny_model_1layer, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=2)
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
     for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed):
         for role, tensors in straight_weights[-1].items():

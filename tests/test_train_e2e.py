@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import ibrl
-
 pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
@@ -32,7 +30,7 @@ def spec_lines(proc) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_transcripts_to_sft_to_ibrl_and_unilateral_to_crossplay(tmp_path):
+def test_transcripts_to_sft_to_ibrl_and_unilateral_to_crossplay(ibrl, tmp_path):
     scripted = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--policy", "scripted:dealnodeal/boulware",
                     "--counterpart", "scripted:dealnodeal/tit_for_tat", "--split", "train", "--scenarios", "4",
                     "--quiet", "--out", "runs/scripted", cwd=tmp_path)
@@ -40,18 +38,18 @@ def test_transcripts_to_sft_to_ibrl_and_unilateral_to_crossplay(tmp_path):
 
     sft = ibrl("train", "sft", "--recipe", str(RECIPES / "dealnodeal-tiny-sft.yaml"), "--quiet",
                "transcripts=[runs/scripted]", "out=sft", "steps=6", "batch_size=8", "max_length=384",
-               "heldout_share=0.25", "from_scratch.shape={hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1}",
-               cwd=tmp_path, timeout=600)
+               "heldout_share=0.25",
+               "from_scratch.shape={hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1}", cwd=tmp_path)
     assert sft.returncode == 0, sft.stderr
     summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
     assert summary["heldout_loss_after"] < summary["heldout_loss_before"]
     assert spec_lines(sft) == {"policy": f"hf:{(tmp_path / 'sft' / 'checkpoint').resolve()}"}
 
     bilateral = ibrl("train", "ibrl", "--recipe", str(RECIPES / "dealnodeal-tiny-ibrl.yaml"), *RL, "out=ibrl",
-                     cwd=tmp_path, timeout=600)
+                     cwd=tmp_path)
     assert bilateral.returncode == 0, bilateral.stderr
     unilateral = ibrl("train", "unilateral", "--recipe", str(RECIPES / "dealnodeal-tiny-unilateral.yaml"), *RL,
-                      "out=uni", cwd=tmp_path, timeout=600)
+                      "out=uni", cwd=tmp_path)
     assert unilateral.returncode == 0, unilateral.stderr
     trained = {f"ibrl-{k}": v for k, v in spec_lines(bilateral).items()}
     trained |= {f"uni-{k}": v for k, v in spec_lines(unilateral).items()}
@@ -64,7 +62,7 @@ def test_transcripts_to_sft_to_ibrl_and_unilateral_to_crossplay(tmp_path):
     policies = [f"{spec}?max_new_tokens=12" for spec in trained.values()]
     args = [x for p in policies for x in ("--policy", p)]
     played = ibrl("crossplay", *args, "--panel", "dealnodeal-scripted-heldout", "--scenarios", "1",
-                  "--max-turns", "4", "--quiet", "--out", "runs/heldout", cwd=tmp_path, timeout=600)
+                  "--max-turns", "4", "--quiet", "--out", "runs/heldout", cwd=tmp_path)
     assert played.returncode == 0, played.stderr
     results = json.loads((tmp_path / "runs" / "heldout" / "results.json").read_text())
     cells = results["cells"]

@@ -15,7 +15,6 @@ pytest.importorskip("accelerate")
 
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.models.loading import load_model, resolve_source  # noqa: E402
-from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.train import ibrl, unilateral  # noqa: E402
 from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # noqa: E402
@@ -23,33 +22,10 @@ from ibrl_bench.train.losses import group_advantages, grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agents  # noqa: E402
 from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy  # noqa: E402
+from train_helpers import config, hand_rewards  # noqa: E402
 
 GAME = get_domain("dealnodeal")
 SCENARIOS = list(GAME.scenario_set("train", 1).scenarios)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
-
-
-def config(base, tmp_path, **over):
-    fields = dict(model=ModelOptions(model=str(base), lora=LoraOptions(r=4), device="cpu"), out=str(tmp_path / "out"),
-                  steps=1, scenarios_per_step=1, group_size=2, max_new_tokens=8, max_turns=2, lr=1e-2,
-                  kl_coef=0.1, micro_batch_size=4, max_length=96)  # keeps a CPU step to about a second
-    fields.update(over)
-    return IBRLConfig(**fields)
-
-
-def hand_rewards(groups, b_offset=0.0):
-    """a's reward: how many ids a generated in the episode, mod 5; b's: a different function, plus
-    `b_offset` per rollout index (to change b's rewards and nothing else)."""
-    for group in groups:
-        for i, r in enumerate(group.rollouts):
-            a = float(sum(len(s.completion_ids) for s in r.samples.get("a", [])) % 5) + i
-            b = float(sum(s.completion_ids[0] for s in r.samples.get("b", [])) % 7) + b_offset * (i + 1) + i
-            r.outcome = r.outcome.model_copy(update={"rewards": {"a": a, "b": b}})
-    return groups
 
 
 def rollouts(cfg, seed=0):
@@ -73,10 +49,10 @@ def copy_groups(groups):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora", [True, False], ids=["two-adapters-one-base", "two-models"])
-def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path, lora):
-    cfg = config(base, tmp_path)
+def test_changing_b_rewards_leaves_a_update_bit_identical(tiny_model_1layer, tmp_path, lora):
+    cfg = config(tiny_model_1layer, tmp_path)
     if not lora:
-        cfg = cfg.model_copy(update={"model": ModelOptions(model=str(base), device="cpu")})
+        cfg = cfg.model_copy(update={"model": ModelOptions(model=str(tiny_model_1layer), device="cpu")})
     groups = hand_rewards(rollouts(cfg))
     other = hand_rewards(copy_groups(groups), b_offset=3.5)
     assert [g.rewards("b") for g in groups] != [g.rewards("b") for g in other]
@@ -91,11 +67,11 @@ def test_changing_b_rewards_leaves_a_update_bit_identical(base, tmp_path, lora):
 
 
 @pytest.mark.slow
-def test_a_long_dialogue_keeps_its_private_values_from_rollout_to_update(base, tmp_path):
+def test_a_long_dialogue_keeps_its_private_values_from_rollout_to_update(tiny_model_1layer, tmp_path):
     # Ten messages of up to 16 tokens after a ~300-token role prompt: the late prompts outgrow
     # max_length - max_new_tokens, so the rollout agent must cut them, and the trainer must train
     # on exactly what was sampled.
-    cfg = config(base, tmp_path, max_new_tokens=16, max_turns=10, max_length=360)
+    cfg = config(tiny_model_1layer, tmp_path, max_new_tokens=16, max_turns=10, max_length=360)
     groups = hand_rewards(rollouts(cfg))
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
     tok = policies["a"].tokenizer
@@ -120,8 +96,9 @@ def test_a_long_dialogue_keeps_its_private_values_from_rollout_to_update(base, t
         assert metrics["ratio"][role] == pytest.approx(1.0, abs=1e-5)  # pi_old is the sampler's, exactly
 
 
-def test_kl_coef_zero_runs_no_reference_forward(base, tmp_path):
-    cfg = config(base, tmp_path, kl_coef=0.0, model=ModelOptions(model=str(base), device="cpu"))
+def test_kl_coef_zero_runs_no_reference_forward(tiny_model_1layer, tmp_path):
+    cfg = config(tiny_model_1layer, tmp_path, kl_coef=0.0,
+                 model=ModelOptions(model=str(tiny_model_1layer), device="cpu"))
     groups = hand_rewards(rollouts(cfg))
     # Full fine-tuning loaded without a reference model: any reference forward would raise.
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)
@@ -145,10 +122,10 @@ class KeepLogits:
 
 
 @pytest.mark.parametrize("role", ["a", "b"], ids=["first-adapter", "added-adapter"])
-def test_a_role_loss_has_no_gradient_at_the_other_role_tokens_nor_on_its_adapter(base, tmp_path, role):
+def test_a_role_loss_has_no_gradient_at_the_other_role_tokens_nor_on_its_adapter(tiny_model_1layer, tmp_path, role):
     # a's adapter is PEFT's first (get_peft_model), b's is added to it (add_adapter): the two are
     # made by different calls, so each role's coverage is checked on its own.
-    cfg = config(base, tmp_path)
+    cfg = config(tiny_model_1layer, tmp_path)
     groups = rollouts(cfg)
     policies = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=True)
     mine, other = policies[role], policies["b" if role == "a" else "a"]
@@ -209,11 +186,11 @@ def test_a_role_batch_holds_its_own_moves_only(monkeypatch):
     assert seen["policy-a"][1][:2] == pytest.approx([-1.0, -1.0], abs=1e-3)
 
 
-def test_gradients_do_not_accumulate_across_updates(base, tmp_path):
+def test_gradients_do_not_accumulate_across_updates(tiny_model_1layer, tmp_path):
     """With the learning rate at 0 the weights never move, so every optimizer step must see the
     same gradient as the first: a missing zero_grad would double it at the second update, inside
     one step (updates_per_step=2) and across two steps."""
-    cfg = config(base, tmp_path, updates_per_step=2, max_grad_norm=None, kl_coef=0.0)
+    cfg = config(tiny_model_1layer, tmp_path, updates_per_step=2, max_grad_norm=None, kl_coef=0.0)
     groups = hand_rewards(rollouts(cfg))
     policy = load_policies(cfg.model, ["a"], cfg.lr, reference=False)["a"]
     for group in policy.optimizer.param_groups:
@@ -236,10 +213,10 @@ def test_gradients_do_not_accumulate_across_updates(base, tmp_path):
         assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-8) for g, h in zip(seen[0], later))
 
 
-def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_off(base):
+def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_off(tiny_model_1layer):
     grads = []
     for checkpointing in (False, True):
-        options = ModelOptions(model=str(base), lora=LoraOptions(r=4, dropout=0.5), device="cpu",
+        options = ModelOptions(model=str(tiny_model_1layer), lora=LoraOptions(r=4, dropout=0.5), device="cpu",
                                gradient_checkpointing=checkpointing)
         policy = load_policies(options, ["a", "b"], lr=1e-3, reference=False)["a"]
         batch = collate([Sample(list(range(5, 40)), [50, 51, 52], [-1.0] * 3)], pad_id=0)
@@ -253,16 +230,17 @@ def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_o
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-on-top", "full"])
-def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(base, tmp_path, lora):
+def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(tiny_model_1layer, tmp_path, lora):
     from peft import LoraConfig, get_peft_model
 
     from ibrl_bench.models.loading import load_model, resolve_source
 
     # A warm-start adapter with non-zero weights, as an SFT run with LoRA leaves.
-    warm = get_peft_model(load_model(resolve_source(str(base)), device="cpu").model, LoraConfig(r=2, init_lora_weights=False))
+    warm = get_peft_model(load_model(resolve_source(str(tiny_model_1layer)), device="cpu").model,
+                          LoraConfig(r=2, init_lora_weights=False))
     warm.save_pretrained(tmp_path / "warm")
-    warmed = load_model(resolve_source(str(base)), str(tmp_path / "warm"), "cpu").model
-    options = ModelOptions(model=f"hf:{base}?adapter={tmp_path / 'warm'}", device="cpu",
+    warmed = load_model(resolve_source(str(tiny_model_1layer)), str(tmp_path / "warm"), "cpu").model
+    options = ModelOptions(model=f"hf:{tiny_model_1layer}?adapter={tmp_path / 'warm'}", device="cpu",
                            lora=LoraOptions(r=4) if lora else None)
     policy = load_policies(options, ["a"], lr=1e-2, reference=True)["a"]
     ids = torch.tensor([[5, 17, 42, 9, 3]])
@@ -283,12 +261,12 @@ def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(base
         assert not torch.allclose(live, warmed(input_ids=ids).logits, atol=1e-4)
 
 
-def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(base, tmp_path):
-    cfg = config(base, tmp_path)
+def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(tiny_model_1layer, tmp_path):
+    cfg = config(tiny_model_1layer, tmp_path)
     policies, _ = trained(cfg, hand_rewards(rollouts(cfg)))
     spec = policies["a"].save(tmp_path / "ckpt-a")
-    assert spec == f"hf:{base.resolve()}?adapter={(tmp_path / 'ckpt-a').resolve()}"
-    loaded = load_model(resolve_source(str(base)), str(tmp_path / "ckpt-a"), "cpu")
+    assert spec == f"hf:{tiny_model_1layer.resolve()}?adapter={(tmp_path / 'ckpt-a').resolve()}"
+    loaded = load_model(resolve_source(str(tiny_model_1layer)), str(tmp_path / "ckpt-a"), "cpu")
     ids = torch.tensor([[5, 17, 42, 9, 3]])
     with policies["a"].active() as live, torch.no_grad():
         assert torch.allclose(live(input_ids=ids).logits, loaded.model(input_ids=ids).logits, atol=1e-6)
@@ -303,7 +281,8 @@ def test_a_saved_adapter_is_the_trained_policy_and_plays_crossplay(base, tmp_pat
 
 
 @pytest.mark.slow
-def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout(base, tmp_path, monkeypatch):
+def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout(tiny_model_1layer, tmp_path,
+                                                                                 monkeypatch):
     calls = []
 
     def collect_with_rewards(*args, **kwargs):
@@ -313,13 +292,13 @@ def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout
     monkeypatch.setattr(ibrl, "collect", collect_with_rewards)
 
     def weights(out_dir, **over):
-        specs = ibrl.run(config(base, tmp_path, out=str(out_dir), **over))
+        specs = ibrl.run(config(tiny_model_1layer, tmp_path, out=str(out_dir), **over))
         return {role: (out_dir / f"checkpoint-{role}" / "adapter_model.safetensors").read_bytes() for role in specs}
 
     first = weights(tmp_path / "one")
     assert weights(tmp_path / "two") == first
     assert weights(tmp_path / "three", seed=1) != first
-    ucfg = unilateral.UnilateralConfig(**config(base, tmp_path, out=str(tmp_path / "uni")).model_dump(),
+    ucfg = unilateral.UnilateralConfig(**config(tiny_model_1layer, tmp_path, out=str(tmp_path / "uni")).model_dump(),
                                        role="b", counterpart="scripted:dealnodeal/boulware")
     assert list(unilateral.run(ucfg)) == ["b"]
     assert calls == [["a", "b"]] * 3 + [["b"]]  # IB-RL and unilateral: the same rollout function

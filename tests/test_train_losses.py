@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages  # noqa: E402
+from ibrl_bench.train.losses import GRPOOptions, group_advantages, grpo_loss  # noqa: E402
 
 ln = math.log
 

@@ -20,17 +20,11 @@ pytest.importorskip("peft")
 pytest.importorskip("accelerate")
 
 from ibrl_bench.errors import UserError  # noqa: E402
-from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.train import ibrl, resume  # noqa: E402
 from ibrl_bench.train.steplog import read_log  # noqa: E402
-from test_train_ibrl import config, hand_rewards  # noqa: E402
+from train_helpers import config, hand_rewards  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
 
 
 @pytest.fixture
@@ -44,11 +38,11 @@ def adapters(out: Path, roles=("a", "b")) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_a_run_stopped_after_a_saved_step_resumes_to_the_same_bytes(base, tmp_path, rewarded, monkeypatch):
+def test_a_run_stopped_after_a_saved_step_resumes_to_the_same_bytes(tiny_model_1layer, tmp_path, rewarded, monkeypatch):
     straight = tmp_path / "straight"
-    ibrl.run(config(base, tmp_path, out=str(straight), steps=3))
+    ibrl.run(config(tiny_model_1layer, tmp_path, out=str(straight), steps=3))
     one_step = tmp_path / "one"
-    ibrl.run(config(base, tmp_path, out=str(one_step), steps=1))
+    ibrl.run(config(tiny_model_1layer, tmp_path, out=str(one_step), steps=1))
     assert adapters(one_step) != adapters(straight)  # the steps change the weights
 
     stopped = tmp_path / "stopped"
@@ -63,30 +57,31 @@ def test_a_run_stopped_after_a_saved_step_resumes_to_the_same_bytes(base, tmp_pa
     crash_in_step_3.calls = 0
     monkeypatch.setattr(ibrl, "update_all", crash_in_step_3)
     with pytest.raises(RuntimeError, match="killed"):
-        ibrl.run(config(base, tmp_path, out=str(stopped), steps=3, save_every=2))
+        ibrl.run(config(tiny_model_1layer, tmp_path, out=str(stopped), steps=3, save_every=2))
     monkeypatch.setattr(ibrl, "update_all", update_all)
-    assert resume.saved_step(config(base, tmp_path, out=str(stopped), steps=3)) == 2
+    assert resume.saved_step(config(tiny_model_1layer, tmp_path, out=str(stopped), steps=3)) == 2
     assert not (stopped / "checkpoint-a").exists()
-    ibrl.run(config(base, tmp_path, out=str(stopped), steps=3, save_every=2))  # steps 1-2 from the state, 3 again
+    # steps 1-2 from the state, 3 again
+    ibrl.run(config(tiny_model_1layer, tmp_path, out=str(stopped), steps=3, save_every=2))
     assert adapters(stopped) == adapters(straight)
     # A finished run rerun changes nothing; raising `steps` continues it.
-    ibrl.run(config(base, tmp_path, out=str(stopped), steps=3))
+    ibrl.run(config(tiny_model_1layer, tmp_path, out=str(stopped), steps=3))
     assert adapters(stopped) == adapters(straight)
 
 
-def test_a_state_of_another_recipe_is_refused_in_one_line(base, tmp_path, rewarded):
-    first = config(base, tmp_path, steps=1)
+def test_a_state_of_another_recipe_is_refused_in_one_line(tiny_model_1layer, tmp_path, rewarded):
+    first = config(tiny_model_1layer, tmp_path, steps=1)
     ibrl.run(first)
     with pytest.raises(UserError, match=r"another recipe \(lr: 0.01 there, 0.02 here\)"):
-        ibrl.run(config(base, tmp_path, steps=2, lr=2e-2))
+        ibrl.run(config(tiny_model_1layer, tmp_path, steps=2, lr=2e-2))
     # Where the folder lies, how far to go and how often to save may change.
     moved = tmp_path / "moved"
     os.rename(first.out, moved)
-    assert resume.saved_step(config(base, tmp_path, out=str(moved), steps=5, save_every=3)) == 1
+    assert resume.saved_step(config(tiny_model_1layer, tmp_path, out=str(moved), steps=5, save_every=3)) == 1
 
 
-def test_an_unreadable_state_says_how_to_start_over(base, tmp_path):
-    cfg = config(base, tmp_path)
+def test_an_unreadable_state_says_how_to_start_over(tiny_model_1layer, tmp_path):
+    cfg = config(tiny_model_1layer, tmp_path)
     path = resume.state_path(cfg.out)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"PK\x03\x04 torn")
@@ -99,7 +94,7 @@ import sys
 from ibrl_bench import cli
 from ibrl_bench.train import ibrl
 sys.path.insert(0, sys.argv[1])
-from test_train_ibrl import hand_rewards
+from train_helpers import hand_rewards
 collect = ibrl.collect
 ibrl.collect = lambda *a, **k: hand_rewards(collect(*a, **k))
 cli.main(sys.argv[2:])
@@ -107,10 +102,11 @@ cli.main(sys.argv[2:])
 
 
 @pytest.mark.slow
-def test_the_cli_resumes_after_a_sigkill_with_one_log_line_per_step(base, tmp_path, rewarded):
+def test_the_cli_resumes_after_a_sigkill_with_one_log_line_per_step(tiny_model_1layer, tmp_path, rewarded):
     straight = tmp_path / "straight"
-    ibrl.run(config(base, tmp_path, out=str(straight), steps=4))  # in process: the same training, never stopped
-    fields = config(base, tmp_path, steps=4, save_every=1).model_dump(mode="json")
+    # in process: the same training, never stopped
+    ibrl.run(config(tiny_model_1layer, tmp_path, out=str(straight), steps=4))
+    fields = config(tiny_model_1layer, tmp_path, steps=4, save_every=1).model_dump(mode="json")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({"version": 1, "method": "ibrl", **fields}))
     wrapper = tmp_path / "wrapper.py"

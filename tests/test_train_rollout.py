@@ -11,7 +11,6 @@ pytest.importorskip("peft")
 
 from ibrl_bench.agents.spec import build_agent  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
-from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agents, shard, step_scenarios  # noqa: E402
 from ibrl_bench.train.samples import collate, token_logprobs  # noqa: E402
@@ -22,8 +21,8 @@ TEMPERATURE = 0.8
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    base = build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
+def setup(tiny_model_1layer):
+    base = tiny_model_1layer
     options = ModelOptions(model=str(base), lora=LoraOptions(r=4), device="cpu")
     policies = load_policies(options, list(GAME.roles), lr=1e-3, reference=False)
     # b's adapter made different from a's (both start as the base), so that a move decoded with

@@ -15,7 +15,6 @@ import ibrl_bench.models  # noqa: E402,F401  (before transformers: OpenMP policy
 from ibrl_bench.agents.spec import parse_spec  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.errors import UserError  # noqa: E402
-from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.runs import Run  # noqa: E402
 from ibrl_bench.train.samples import collate  # noqa: E402
@@ -50,9 +49,9 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_models):
     # A short context, so that long dialogues are cut: the cut must match the hf: agent's too.
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, max_position_embeddings=320)
+    return tiny_models(seed=0, max_position_embeddings=320)
 
 
 @pytest.fixture(scope="module")

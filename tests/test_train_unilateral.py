@@ -21,11 +21,6 @@ from ibrl_bench.train.policy import ModelOptions  # noqa: E402
 from ibrl_bench.train.steplog import StepLog, read_log  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0, num_hidden_layers=1)
-
-
 def config(base, tmp_path, **over):
     fields = dict(model=ModelOptions(model=str(base), device="cpu"), out=str(tmp_path / "out"), steps=2,
                   scenarios_per_step=1, group_size=2, max_new_tokens=8, max_turns=2, lr=1e-3, kl_coef=0.1,
@@ -39,10 +34,12 @@ def digest(folder):
 
 
 @pytest.mark.slow
-def test_training_against_a_frozen_checkpoint_leaves_it_frozen_and_logs_only_the_trained_role(base, tmp_path):
+def test_training_against_a_frozen_checkpoint_leaves_it_frozen_and_logs_only_the_trained_role(tiny_model_1layer,
+                                                                                              tmp_path):
     frozen = build_tiny_model(tmp_path / "frozen", seed=1, num_hidden_layers=1)
     before = digest(frozen)
-    cfg = config(base, tmp_path, domain="telesales", role="seller", counterpart=f"hf:{frozen}?max_new_tokens=8")
+    cfg = config(tiny_model_1layer, tmp_path, domain="telesales", role="seller",
+                 counterpart=f"hf:{frozen}?max_new_tokens=8")
     with StepLog(cfg.out, cfg.steps, "unilateral", quiet=True) as log:
         specs = unilateral.run(cfg, log)
     assert digest(frozen) == before
@@ -62,17 +59,17 @@ def test_training_against_a_frozen_checkpoint_leaves_it_frozen_and_logs_only_the
     assert result.outcome.status in ("ok", "invalid", "max_turns") and result.replies["seller"]
 
 
-def test_a_role_the_domain_does_not_have_is_one_line(base, tmp_path):
+def test_a_role_the_domain_does_not_have_is_one_line(tiny_model_1layer, tmp_path):
     with pytest.raises(UserError, match="role 'seller' is not a role of dealnodeal; roles are a, b"):
-        unilateral.run(config(base, tmp_path, role="seller"))
+        unilateral.run(config(tiny_model_1layer, tmp_path, role="seller"))
 
 
-def test_the_config_refuses_unknown_and_missing_keys(base, tmp_path):
+def test_the_config_refuses_unknown_and_missing_keys(tiny_model_1layer, tmp_path):
     with pytest.raises(ValidationError, match="group_sise"):
-        config(base, tmp_path, group_sise=4)
+        config(tiny_model_1layer, tmp_path, group_sise=4)
     with pytest.raises(ValidationError, match="test split is held out"):
-        config(base, tmp_path, split="test")
-    fields = config(base, tmp_path).model_dump()
+        config(tiny_model_1layer, tmp_path, split="test")
+    fields = config(tiny_model_1layer, tmp_path).model_dump()
     del fields["counterpart"]
     with pytest.raises(ValidationError, match="counterpart"):
         unilateral.UnilateralConfig(**fields)

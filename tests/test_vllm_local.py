@@ -66,17 +66,9 @@ class StandInLLM:
                 for _ in prompts]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    if not HAS_TORCH:
-        pytest.skip("the [hf] extra is not installed (the stand-in borrows a tiny model's tokenizer)")
-    from ibrl_bench.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
 @pytest.fixture
-def stand_in_vllm(monkeypatch, tiny):
+def stand_in_vllm(monkeypatch, tiny_models):
+    tiny = tiny_models(seed=0)  # its tokenizer; skipped, with the reason, where torch is missing
     from transformers import AutoTokenizer
 
     folder = tiny
@@ -182,10 +174,8 @@ VLLM_SHAPE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4,
 
 
 @pytest.fixture(scope="module")
-def vtiny(tmp_path_factory):
-    from ibrl_bench.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("vtiny"), seed=0, **VLLM_SHAPE)
+def vtiny(tiny_models):
+    return tiny_models(seed=0, **VLLM_SHAPE)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -9,8 +11,10 @@ from rich.table import Table
 
 from ibrl_bench.domains.base import Outcome, Turn
 from ibrl_bench.secrets import scrub
-from ibrl_bench.stats.intervals import Interval
-from ibrl_bench.stats.matrix import Results
+
+if TYPE_CHECKING:  # annotations only: `play` prints a transcript without loading scipy and pandas
+    from ibrl_bench.stats.intervals import Interval
+    from ibrl_bench.stats.matrix import Results
 
 # (metric key, column title, shown as a percentage)
 COLUMNS = [

@@ -3,6 +3,7 @@ prints the checkpoint's hf: spec and a cross-play command that works."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -14,6 +15,9 @@ import pytest
 from cli_helpers import assert_one_line_error
 
 ROOT = Path(__file__).parent.parent
+# What the trainers load after the recipe passed its checks (the [train] extra).
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="checked after the recipe loads, when training needs torch (the [train] extra)")
 
 
 def test_help_of_the_cli_and_of_train_imports_no_model_stack():
@@ -35,8 +39,8 @@ def test_help_of_the_cli_and_of_train_imports_no_model_stack():
      ["dealnodeal-tiny-sft.yaml: unknown key stepz", "known keys here:", "steps"]),
     (["train", "unilateral", "--recipe", str(ROOT / "training/dealnodeal-tiny-unilateral.yaml"), "lr=-1"],
      ["dealnodeal-tiny-unilateral.yaml: lr (set by override lr=-1)", "greater than 0"]),
-    (["train", "sft", "--recipe", str(ROOT / "training/dealnodeal-tiny-sft.yaml"), "transcripts=[nowhere]"],
-     ["nowhere is not a run folder"]),
+    pytest.param(["train", "sft", "--recipe", str(ROOT / "training/dealnodeal-tiny-sft.yaml"), "transcripts=[nowhere]"],
+                 ["nowhere is not a run folder"], marks=needs_torch),
 ])
 def test_a_bad_recipe_or_override_is_one_line(ibrl, tmp_path, args, fragments):
     assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
@@ -44,6 +48,7 @@ def test_a_bad_recipe_or_override_is_one_line(ibrl, tmp_path, args, fragments):
 
 @pytest.mark.slow
 def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it(ibrl, tmp_path):
+    pytest.importorskip("torch", reason="trains a model (the [train] extra)")
     run = ibrl("crossplay", "--policy", "scripted:dealnodeal/fair", "--counterpart", "scripted:dealnodeal/boulware",
                "--split", "train", "--scenarios", "3", "--quiet", "--out", "runs/scripted", cwd=tmp_path)
     assert run.returncode == 0, run.stderr

@@ -100,6 +100,7 @@ def test_a_capped_transcript_browser_keeps_every_cell_in_matrix_order(run_folder
 
 # ------------------------------------------------------------------------- the commands
 
+@pytest.mark.slow
 def test_analysis_commands(run_folder, one_seed_run, capsys):
     run = str(run_folder)
     code, out, err = cli("compare", run, "boulware", "fair", capsys=capsys)

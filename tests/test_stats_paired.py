@@ -54,6 +54,7 @@ def test_the_issue_case_five_discordant_episodes_in_three_scenarios():
         assert (c2.overall.test.p_value < 1 - level) == c2.overall.difference.excludes(0.0), level
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("binary", [True, False])
 def test_interval_and_p_value_agree_on_random_data(binary):
     """The agreement rule on 40 random data sets per kind, at 95% (fixed seed): it would fail if

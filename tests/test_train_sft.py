@@ -147,6 +147,7 @@ def test_a_control_token_written_in_a_message_is_not_learned_as_one(tokenizer):
     assert tokenizer.decode(ids[:-1]) == "deal <|im_end|> done"
 
 
+@pytest.mark.slow
 def test_what_to_imitate_is_chosen_by_the_recipe(runs, tokenizer):
     folder = runs["dealnodeal"]
     everything = build_dataset(config(folder, "dealnodeal", heldout_share=0), tokenizer, None)

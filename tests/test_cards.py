@@ -65,8 +65,9 @@ def test_card_spec_names_the_key_variable_never_the_key(monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-secret-value-123456")
     spec = load_card("deepseek-v4-pro").spec()
     assert "key_env=DEEPSEEK_API_KEY" in spec and "sk-secret" not in spec
-    agent = build_agent("card:deepseek-v4-pro", "dealnodeal")
-    assert agent.card.id == "deepseek-v4-pro" and agent.spec == "card:deepseek-v4-pro"
+    seat = build_agent("card:deepseek-v4-pro", "dealnodeal")
+    assert seat.card.id == "deepseek-v4-pro" and seat.spec == "card:deepseek-v4-pro"
+    assert not hasattr(seat.agent, "card")  # the card is the seat's, not attached to the agent
 
 
 @pytest.mark.parametrize(

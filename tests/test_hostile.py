@@ -477,7 +477,7 @@ def test_the_watchdog_names_the_agent_holding_the_loop_within_the_timeout_and_sl
     from ibrl_bench.runner.watchdog import LoopWatchdog
 
     monkeypatch.syspath_prepend(str(TESTS))
-    agent = build_agent("python:hostile:Blocking?seconds=1.5", "dealnodeal")
+    agent = build_agent("python:hostile:Blocking?seconds=1.5", "dealnodeal").agent
     game = get_domain("dealnodeal")
     obs = game.observe(game.start(game.scenario_set("test", 1).scenarios[0], 0), "a")
     said: list[tuple[float, str]] = []

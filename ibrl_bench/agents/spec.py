@@ -18,13 +18,17 @@ import math
 import os
 import re
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict
 
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.errors import UserError
+
+if TYPE_CHECKING:
+    from ibrl_bench.agents.cards import Card
 
 KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card", "panel")
 MODEL_KINDS = ("openai", "litellm", "hf", "vllm", "card")  # agents that read the domain's prompts
@@ -36,7 +40,6 @@ _BACKENDS = {
     "litellm": "ibrl_bench.agents.litellm_api",
     "hf": "ibrl_bench.agents.hf_local",
     "vllm": "ibrl_bench.agents.vllm_local",
-    "card": "ibrl_bench.agents.cards",
 }
 _SPEC_RE = re.compile(r"^(?P<kind>[a-z_]+):(?P<target>[^?\s]+)(?:\?(?P<query>\S*))?$")
 
@@ -86,9 +89,24 @@ def parse_spec(text: str) -> AgentSpec:
     return AgentSpec(kind=kind, target=target, params=params, text=text)
 
 
-def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
+@dataclass(frozen=True)
+class Seat:
+    """An agent with what it was built from: the spec as written, and the card it stands for (the
+    card's hash goes into the run's identity, its roles limit where it may sit)."""
+
+    spec: str
+    agent: Agent
+    card: Card | None = None
+
+
+def build_agent(spec: str | AgentSpec, domain: str) -> Seat:
     """Make the agent a spec names, for a run of `domain`."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    if parsed.kind == "card":
+        from ibrl_bench.agents.cards import card_for
+
+        card = card_for(parsed, domain)
+        return Seat(parsed.text, build_agent(card.spec(), domain).agent, card)
     if parsed.kind == "scripted":
         agent = _scripted(parsed, domain)
     elif parsed.kind == "python":
@@ -106,8 +124,7 @@ def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
                 ) from None
             raise
         agent = backend.from_spec(parsed, domain)
-    agent.spec = parsed.text
-    return agent
+    return Seat(parsed.text, agent)
 
 
 def _scripted(spec: AgentSpec, domain: str) -> Agent:

@@ -288,7 +288,7 @@ def hf_scores(model, results, temperature, top_p=1.0):
     temperature, then top-p (the distribution `hf:` samples from), per completion token."""
     import torch
 
-    from ibrl_bench.agents.generation import GenerationParams
+    from ibrl_bench.agents.params import GenerationParams
     from ibrl_bench.agents.hf_local import sampled_logprobs
 
     params = GenerationParams(temperature=temperature, top_p=top_p)

@@ -174,20 +174,14 @@ def _import_from_cwd() -> None:
 
 
 def call_with_params(factory: Any, params: dict[str, Any], what: str) -> Any:
-    """`factory(**params)`, with a parameter it does not take refused by a line that lists those it
-    does, with their types and defaults (read from its signature)."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # a builtin or C type without one: let the call say what is wrong
-        signature = None
-    if signature is not None:
-        accepted = {name: p for name, p in signature.parameters.items()
-                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
-        unknown = [k for k in params if k not in accepted]
-        if unknown and not takes_any:
-            valid = ", ".join(_describe_param(p) for p in accepted.values()) or "none"
-            raise UserError(f"unknown parameter {unknown[0]!r} for {what}; valid parameters: {valid}")
+    """`factory(**params)`, the parameters first checked against the factory's signature (names and
+    annotated types) by the same path as every backend's (agents/params.py)."""
+    from ibrl_bench.agents.params import parse_params, signature_model
+
+    model = signature_model(factory, getattr(factory, "__name__", "Factory"))
+    if model is not None:
+        checked = parse_params(model, params, what)
+        params = {name: getattr(checked, name) for name in params}
     try:
         return factory(**params)
     except UserError:
@@ -197,9 +191,3 @@ def call_with_params(factory: Any, params: dict[str, Any], what: str) -> Any:
     except (Exception, SystemExit, asyncio.CancelledError) as e:  # noqa: BLE001 - the user's factory failed
         raise UserError(f"{what} raised {_one_line(e)} while building the agent; fix the factory "
                         "or its parameters") from None
-
-
-def _describe_param(p: inspect.Parameter) -> str:
-    annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-    text = p.name + (f": {annotation}" if annotation and p.annotation is not p.empty else "")
-    return text + (f" = {p.default!r}" if p.default is not p.empty else "")

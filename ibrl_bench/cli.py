@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone

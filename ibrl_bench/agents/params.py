@@ -46,7 +46,8 @@ def parse_params(model: type[P], params: Mapping[str, Any], what: str) -> P:
         message = str(err["msg"]).removeprefix("Value error, ")
         if name not in params:  # a rule across parameters (a model validator)
             raise UserError(f"bad parameters for {what}: {message}; valid parameters: {valid}") from None
-        raise UserError(f"bad parameter {name}={params[name]!r} for {what}: {message}; valid parameters: {valid}") from None
+        raise UserError(f"bad parameter {name}={params[name]!r} for {what}: {message}; "
+                        f"valid parameters: {valid}") from None
 
 
 def describe(model: type[BaseModel]) -> str:

@@ -62,4 +62,5 @@ def first_move(seat: Seat, domain: str) -> tuple[Reply, float]:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the transport raised, told in one line
         hint = "" if isinstance(e, RemoteFailure) else "; check the server and the card's base_url, model and key_env"
-        raise UserError(f"{seat.spec.removeprefix('card:')} did not answer: {describe_failure(e, None)}{hint}") from None
+        name = seat.spec.removeprefix("card:")
+        raise UserError(f"{name} did not answer: {describe_failure(e, None)}{hint}") from None

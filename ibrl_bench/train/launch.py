@@ -45,7 +45,8 @@ class Launch:
         self.method, self.config = method, config
         self.out = Path(config.out)
         self.main_process = main_process()
-        self.resumed_after = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state, before any write
+        # Refuses another recipe's state, before anything is written.
+        self.resumed_after = resume.saved_step(config) if method != "sft" else 0
         self.recipe_path = self.out / "recipe.yaml"
         # What a refusal inside the trainer (a bad role, a run folder of another domain) puts back.
         self._created = next((p for p in reversed([self.out, *self.out.parents]) if not p.exists()), None)

@@ -1,0 +1,234 @@
+"""Playing a run's episodes in worker processes, on Ray: local processes or an existing cluster.
+
+Each worker is a Ray actor with its own event loop that builds its own agents from the run's specs
+(runner/crossplay.py, `Crossplay(config, None)`) and plays the chunks of jobs it is sent,
+`concurrency` episodes at a time. It sends back each episode's record as a JSON line; this process
+(the driver) stays the only writer of the run folder, so resume, kill safety and the store's
+guarantees are those of a one-process run. Every worker has two chunks in hand, so it never waits
+for the driver between chunks. A worker that dies (killed, out of memory, a blocked event loop)
+costs the unfinished episodes of its chunks only: Ray restarts it and the chunks go out again. A
+chunk that has killed its worker `DEATHS` times stops the run instead.
+
+Local model seats (hf:, vllm:, or cards that name them) ask Ray for one GPU per worker when the
+cluster has GPUs, so each worker holds one engine on its own GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from ibrl_bench.errors import FatalAgentError, UserError
+
+if TYPE_CHECKING:
+    from ibrl_bench.runner.crossplay import Crossplay, Job
+
+DEATHS = 3  # a chunk that kills this many workers is not sent again
+LOCAL_MODELS = ("hf", "vllm")
+IN_HAND = 2  # chunks a worker holds at once: one it plays, one queued behind it
+
+
+class WorkerPlan(BaseModel):
+    """Where a run's episodes are played: `workers` local processes, or on the Ray cluster at
+    `address` (`workers` None there: one per CPU, or per GPU for local model seats)."""
+
+    workers: int | None = Field(None, ge=1)
+    address: str | None = None
+    chunk: int | None = Field(None, ge=1)  # episodes per chunk; None: about one worker's concurrency
+
+
+def plan(workers: int | None, address: str | None) -> WorkerPlan | None:
+    """The plan for `crossplay --workers/--ray`; None plays the run in this process."""
+    if workers is None and address is None:
+        return None
+    return WorkerPlan(workers=workers, address=address)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--workers and --ray need Ray: pip install 'ibrl-bench[ray]'") from None
+    return ray
+
+
+def _local_model_seats(runner: Crossplay) -> bool:
+    from ibrl_bench.agents.spec import parse_spec
+
+    for spec, agent in runner.agents.items():
+        card = getattr(agent, "card", None)
+        kind = parse_spec(card.spec() if card else spec).kind
+        if kind in LOCAL_MODELS:
+            return True
+    return False
+
+
+def _connect(ray, plan: WorkerPlan) -> bool:
+    """Join the cluster at `plan.address`, or start a local one sized for the workers; whether this
+    call started Ray (and so shuts it down)."""
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reporting home from a benchmark run
+    quiet = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
+    try:
+        if plan.address is not None:
+            ray.init(address=plan.address, **quiet)
+        else:
+            # Workers take one CPU each; the driver runs beside them outside Ray's accounting.
+            ray.init(num_cpus=plan.workers, object_store_memory=100 * 2**20, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = f"the Ray cluster at {plan.address}" if plan.address else "a local Ray instance"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot start {where}: {first}; check the address (ray status) or run without --ray") from None
+    return True
+
+
+class _Worker:
+    """The actor: one per worker process, its event loop Ray's own (async actor)."""
+
+    def __init__(self, config_json: str, concurrency: int):
+        from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+
+        self.runner = Crossplay(CrossplayConfig.model_validate_json(config_json), None)
+        self.concurrency = concurrency
+        self.slots: asyncio.Semaphore | None = None
+        self.watchdog = None
+
+    async def start(self) -> int:
+        """Ready the worker in its event loop; its process id. Ray reruns `__init__` alone when it
+        restarts a dead worker, so `play` calls this too."""
+        if self.slots is None:
+            from ibrl_bench.runner import watchdog
+
+            self.slots = asyncio.Semaphore(self.concurrency)
+            # A blocked loop ends this process (the driver sees the worker die and sends the chunk
+            # again, up to DEATHS times); the message lands in the worker's log.
+            self.watchdog = watchdog.LoopWatchdog(self.runner.config.move_timeout)
+            await self.watchdog.__aenter__()
+        return os.getpid()
+
+    async def play(self, jobs: list[Job]) -> tuple[list[tuple[str, str, str | None, str]], BaseException | None]:
+        """(key, status, last error, JSON line) per finished episode in job order, and the fatal
+        error that stopped the chunk, if any (the episodes finished before it are kept)."""
+        await self.start()
+        runner = self.runner
+
+        async def one(job: Job):
+            async with self.slots:
+                return await runner._play(job, runner.agents)
+
+        tasks = [asyncio.ensure_future(one(job)) for job in jobs]
+        out, fatal = [], None
+        for task in tasks:
+            try:
+                record = await task
+            except FatalAgentError as e:
+                fatal = e
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                break
+            out.append((record.key, record.outcome.status, record.errors[-1] if record.errors else None,
+                        record.model_dump_json()))
+        return out, fatal
+
+
+def chunked(jobs: list, size: int) -> deque[list]:
+    return deque(jobs[i:i + size] for i in range(0, len(jobs), size))
+
+
+async def play_on_workers(runner: Crossplay, pending: list[Job],
+                          tally: Callable[[str, str, str | None, str], BaseException | None],
+                          abort: list[BaseException]) -> None:
+    """Play `pending` on the workers of `runner.workers`, handing each finished episode to `tally`
+    (which records it and may return a reason to stop); a stop reason lands in `abort`."""
+    ray = _ray()
+    plan = runner.workers
+    assert plan is not None
+    started = _connect(ray, plan)
+    try:
+        gpus = _local_model_seats(runner) and ray.cluster_resources().get("GPU", 0) >= 1
+        n = plan.workers or max(1, int(ray.cluster_resources().get("GPU" if gpus else "CPU", 1)))
+        per_worker = max(1, math.ceil(runner.config.concurrency / n))
+        size = plan.chunk or max(8, per_worker)
+        n = min(n, math.ceil(len(pending) / size))  # no worker without a chunk to play
+        actor = ray.remote(_Worker).options(
+            num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0,
+            max_restarts=-1, max_task_retries=0, max_concurrency=IN_HAND + 2,
+        )
+        config = runner.config.model_dump_json()
+        workers = [actor.remote(config, per_worker) for _ in range(n)]
+        await _gather_refs(ray, [w.start.remote() for w in workers])
+        await _feed(ray, workers, chunked(pending, size), tally, abort)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+async def _gather_refs(ray, refs: list) -> list:
+    try:
+        return await asyncio.gather(*refs)
+    except ray.exceptions.RayActorError as e:
+        # A worker that cannot build its agents (a bad spec or card is caught before, in this
+        # process; what is left is the worker's machine: a missing package, model or file).
+        cause = getattr(e, "error_msg", None) or str(e)
+        raise UserError(f"a worker could not start: {cause.strip().splitlines()[-1]}; "
+                        "the run's specs must work on every node (same packages, files and keys)") from None
+
+
+async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[BaseException]) -> None:
+    in_flight: dict[asyncio.Future, tuple[object, list]] = {}
+    deaths: Counter[int] = Counter()
+
+    def send(worker) -> None:
+        if chunks:
+            chunk = chunks.popleft()
+            in_flight[asyncio.ensure_future(worker.play.remote(chunk))] = (worker, chunk)
+
+    for _ in range(IN_HAND):
+        for worker in workers:
+            send(worker)
+    try:
+        while in_flight and not abort:
+            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for future in done:
+                worker, chunk = in_flight.pop(future)
+                try:
+                    lines, fatal = future.result()
+                except ray.exceptions.RayActorError:
+                    # The worker died with the chunk unfinished: nothing of it was recorded, so it
+                    # goes out again whole (Ray restarts the worker; calls to it wait for that).
+                    deaths[id(chunk)] += 1
+                    if deaths[id(chunk)] >= DEATHS:
+                        from ibrl_bench.runner.crossplay import RunAborted
+
+                        abort.append(RunAborted(
+                            f"stopped: a chunk of {len(chunk)} episodes (the first: {chunk[0].key}) killed its worker "
+                            f"{DEATHS} times (an agent that blocks the event loop or runs out of memory; see the "
+                            "worker logs under /tmp/ray/session_latest/logs); finished episodes are kept: fix the "
+                            "agent and rerun the same command to resume"))
+                        break
+                    chunks.appendleft(chunk)
+                    send(worker)
+                    continue
+                for key, status, last_error, line in lines:
+                    reason = tally(key, status, last_error, line)
+                    if reason is not None:
+                        abort.append(reason)
+                        break
+                if fatal is not None and not abort:
+                    abort.append(fatal)
+                if abort:
+                    break
+                send(worker)
+    finally:
+        for future in in_flight:
+            future.cancel()
+        for worker in workers:
+            ray.kill(worker)

@@ -97,6 +97,7 @@ class Progress:
     done: int = 0  # finished this run or earlier (not errors)
     errors: int = 0  # episodes recorded as error in this run
     resumed: int = 0  # done before this run started
+    playing_since: float | None = None  # time.perf_counter() when episodes began (after any worker start-up)
 
 
 def grown(config: CrossplayConfig, out: str | Path) -> CrossplayConfig:
@@ -264,8 +265,9 @@ class Crossplay:
             if self.workers is not None and pending:
                 from ibrl_bench.runner.workers import play_on_workers
 
-                await play_on_workers(self, pending, tally, abort)
+                await play_on_workers(self, pending, tally, abort, progress)
             else:
+                progress.playing_since = time.perf_counter()
                 await self._play_here(pending, tally, abort)
         finally:
             self.store.close()

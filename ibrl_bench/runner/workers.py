@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,11 +28,14 @@ from pydantic import BaseModel, Field
 from ibrl_bench.errors import FatalAgentError, UserError
 
 if TYPE_CHECKING:
-    from ibrl_bench.runner.crossplay import Crossplay, Job
+    from ibrl_bench.runner.crossplay import Crossplay, Job, Progress
 
 DEATHS = 3  # a chunk that kills this many workers is not sent again
 LOCAL_MODELS = ("hf", "vllm")
 IN_HAND = 2  # chunks a worker holds at once: one it plays, one queued behind it
+# Episodes per chunk at least: a chunk costs the driver a Ray call (about a millisecond), which 32
+# scripted episodes amortise; a killed worker loses at most IN_HAND chunks' unfinished episodes.
+CHUNK = 32
 
 
 class WorkerPlan(BaseModel):
@@ -145,7 +149,7 @@ def chunked(jobs: list, size: int) -> deque[list]:
 
 async def play_on_workers(runner: Crossplay, pending: list[Job],
                           tally: Callable[[str, str, str | None, str], BaseException | None],
-                          abort: list[BaseException]) -> None:
+                          abort: list[BaseException], progress: Progress) -> None:
     """Play `pending` on the workers of `runner.workers`, handing each finished episode to `tally`
     (which records it and may return a reason to stop); a stop reason lands in `abort`."""
     ray = _ray()
@@ -156,7 +160,7 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
         gpus = _local_model_seats(runner) and ray.cluster_resources().get("GPU", 0) >= 1
         n = plan.workers or max(1, int(ray.cluster_resources().get("GPU" if gpus else "CPU", 1)))
         per_worker = max(1, math.ceil(runner.config.concurrency / n))
-        size = plan.chunk or max(8, per_worker)
+        size = plan.chunk or max(CHUNK, per_worker)
         n = min(n, math.ceil(len(pending) / size))  # no worker without a chunk to play
         actor = ray.remote(_Worker).options(
             num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0,
@@ -165,6 +169,7 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
         config = runner.config.model_dump_json()
         workers = [actor.remote(config, per_worker) for _ in range(n)]
         await _gather_refs(ray, [w.start.remote() for w in workers])
+        progress.playing_since = time.perf_counter()
         await _feed(ray, workers, chunked(pending, size), tally, abort)
     finally:
         if started:

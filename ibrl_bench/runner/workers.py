@@ -96,9 +96,11 @@ def _connect(ray, plan: WorkerPlan) -> bool:
 class _Worker:
     """The actor: one per worker process, its event loop Ray's own (async actor)."""
 
-    def __init__(self, config_json: str, concurrency: int):
+    def __init__(self, config_json: str, concurrency: int, cwd: str):
         from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 
+        if os.path.isdir(cwd):  # relative paths of the run (--contexts, plugins) as the command saw them
+            os.chdir(cwd)
         self.runner = Crossplay(CrossplayConfig.model_validate_json(config_json), None)
         self.concurrency = concurrency
         self.slots: asyncio.Semaphore | None = None
@@ -157,17 +159,22 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
     assert plan is not None
     started = _connect(ray, plan)
     try:
-        gpus = _local_model_seats(runner) and ray.cluster_resources().get("GPU", 0) >= 1
-        n = plan.workers or max(1, int(ray.cluster_resources().get("GPU" if gpus else "CPU", 1)))
+        resources = ray.cluster_resources()
+        unit = "GPU" if _local_model_seats(runner) and resources.get("GPU", 0) >= 1 else "CPU"
+        have = resources.get(unit, 1)
+        n = plan.workers or max(1, int(have))
         per_worker = max(1, math.ceil(runner.config.concurrency / n))
         size = plan.chunk or max(CHUNK, per_worker)
         n = min(n, math.ceil(len(pending) / size))  # no worker without a chunk to play
+        # One CPU (or GPU) each; more workers than the cluster has share them, rather than wait
+        # for resources that will never come free.
+        share = min(1.0, have / n)
         actor = ray.remote(_Worker).options(
-            num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0,
+            num_cpus=share if unit == "CPU" else 0, num_gpus=share if unit == "GPU" else 0,
             max_restarts=-1, max_task_retries=0, max_concurrency=IN_HAND + 2,
         )
         config = runner.config.model_dump_json()
-        workers = [actor.remote(config, per_worker) for _ in range(n)]
+        workers = [actor.remote(config, per_worker, os.getcwd()) for _ in range(n)]
         await _gather_refs(ray, [w.start.remote() for w in workers])
         progress.playing_since = time.perf_counter()
         await _feed(ray, workers, chunked(pending, size), tally, abort)

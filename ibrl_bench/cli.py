@@ -180,7 +180,8 @@ def _write_results(store, manifest, n_planned: int):
     from ibrl_bench.stats.matrix import cells_table, summarize
 
     results = summarize(
-        store.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set, n_planned=n_planned
+        store.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set, n_planned=n_planned,
+        identity=manifest.identity,
     )
     store.write_text("results.json", results.model_dump_json(indent=2))
     store.write_text("cells.csv", cells_table(results).to_csv(index=False))

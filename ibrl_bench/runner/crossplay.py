@@ -269,6 +269,9 @@ class Crossplay:
             else:
                 progress.playing_since = time.perf_counter()
                 await self._play_here(pending, tally, abort)
+        except BaseException:
+            self.store.discard_if_unused()  # a run that failed before its first episode leaves nothing
+            raise
         finally:
             self.store.close()
             await asyncio.gather(*(a.aclose() for a in self.agents.values()), return_exceptions=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -82,6 +83,7 @@ def _connect(ray, plan: WorkerPlan) -> bool:
     quiet = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
     try:
         if plan.address is not None:
+            _check_reachable(plan.address)
             ray.init(address=plan.address, **quiet)
         else:
             # Workers take one CPU each; the driver runs beside them outside Ray's accounting.
@@ -91,6 +93,18 @@ def _connect(ray, plan: WorkerPlan) -> bool:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot start {where}: {first}; check the address (ray status) or run without --ray") from None
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once a HOST:PORT nobody listens on (Ray itself retries such an address for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", "local": Ray finds the cluster itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise UserError(f"no Ray cluster answers at {address} ({e.strerror or e}); start one (ray start --head) "
+                        "or give its address as ray status prints it") from None
 
 
 class _Worker:

@@ -6,8 +6,8 @@ Each worker is a Ray actor with its own event loop that builds its own agents fr
 (the driver) stays the only writer of the run folder, so resume, kill safety and the store's
 guarantees are those of a one-process run. Every worker has two chunks in hand, so it never waits
 for the driver between chunks. A worker that dies (killed, out of memory, a blocked event loop)
-costs the unfinished episodes of its chunks only: Ray restarts it and the chunks go out again. A
-chunk that has killed its worker `DEATHS` times stops the run instead.
+costs the unfinished episodes of its chunks only: Ray restarts it and sends it those chunks again.
+A chunk that has killed its worker `DEATHS` times stops the run instead.
 
 Local model seats (hf:, vllm:, or cards that name them) ask Ray for one GPU per worker when the
 cluster has GPUs, so each worker holds one engine on its own GPU.
@@ -20,7 +20,7 @@ import math
 import os
 import socket
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 DEATHS = 3  # a chunk that kills this many workers is not sent again
 LOCAL_MODELS = ("hf", "vllm")
 IN_HAND = 2  # chunks a worker holds at once: one it plays, one queued behind it
-# Episodes per chunk at least: a chunk costs the driver a Ray call (about a millisecond), which 32
+# Episodes per chunk (or a worker's concurrency, if more), unless the run is too small to give each
+# worker IN_HAND such chunks: a chunk costs the driver a Ray call (about a millisecond), which 32
 # scripted episodes amortise; a killed worker loses at most IN_HAND chunks' unfinished episodes.
 CHUNK = 32
 
@@ -45,7 +46,7 @@ class WorkerPlan(BaseModel):
 
     workers: int | None = Field(None, ge=1)
     address: str | None = None
-    chunk: int | None = Field(None, ge=1)  # episodes per chunk; None: about one worker's concurrency
+    chunk: int | None = Field(None, ge=1)  # episodes per chunk; None: see play_on_workers
 
 
 def plan(workers: int | None, address: str | None) -> WorkerPlan | None:
@@ -178,14 +179,16 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
         have = resources.get(unit, 1)
         n = plan.workers or max(1, int(have))
         per_worker = max(1, math.ceil(runner.config.concurrency / n))
-        size = plan.chunk or max(CHUNK, per_worker)
+        # Small runs are cut finer, so that every worker has its chunks in hand.
+        size = plan.chunk or max(1, min(max(CHUNK, per_worker), math.ceil(len(pending) / (n * IN_HAND))))
         n = min(n, math.ceil(len(pending) / size))  # no worker without a chunk to play
         # One CPU (or GPU) each; more workers than the cluster has share them, rather than wait
         # for resources that will never come free.
         share = min(1.0, have / n)
         actor = ray.remote(_Worker).options(
             num_cpus=share if unit == "CPU" else 0, num_gpus=share if unit == "GPU" else 0,
-            max_restarts=-1, max_task_retries=0, max_concurrency=IN_HAND + 2,
+            # A dead worker is started again, and Ray sends the chunks it held to it again.
+            max_restarts=-1, max_task_retries=DEATHS - 1, max_concurrency=IN_HAND + 2,
         )
         config = runner.config.model_dump_json()
         workers = [actor.remote(config, per_worker, os.getcwd()) for _ in range(n)]
@@ -210,7 +213,6 @@ async def _gather_refs(ray, refs: list) -> list:
 
 async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[BaseException]) -> None:
     in_flight: dict[asyncio.Future, tuple[object, list]] = {}
-    deaths: Counter[int] = Counter()
 
     def send(worker) -> None:
         if chunks:
@@ -228,21 +230,16 @@ async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[Base
                 try:
                     lines, fatal = future.result()
                 except ray.exceptions.RayActorError:
-                    # The worker died with the chunk unfinished: nothing of it was recorded, so it
-                    # goes out again whole (Ray restarts the worker; calls to it wait for that).
-                    deaths[id(chunk)] += 1
-                    if deaths[id(chunk)] >= DEATHS:
-                        from ibrl_bench.runner.crossplay import RunAborted
+                    # Ray sent the chunk again to the restarted worker DEATHS - 1 times, and every
+                    # time the worker died with it unfinished (nothing of it was recorded).
+                    from ibrl_bench.runner.crossplay import RunAborted
 
-                        abort.append(RunAborted(
-                            f"stopped: a chunk of {len(chunk)} episodes (the first: {chunk[0].key}) killed its worker "
-                            f"{DEATHS} times (an agent that blocks the event loop or runs out of memory; see the "
-                            "worker logs under /tmp/ray/session_latest/logs); finished episodes are kept: fix the "
-                            "agent and rerun the same command to resume"))
-                        break
-                    chunks.appendleft(chunk)
-                    send(worker)
-                    continue
+                    abort.append(RunAborted(
+                        f"stopped: a chunk of {len(chunk)} episodes (the first: {chunk[0].key}) killed its worker "
+                        f"{DEATHS} times (an agent that blocks the event loop or runs out of memory; see the "
+                        "worker logs under /tmp/ray/session_latest/logs); finished episodes are kept: fix the "
+                        "agent and rerun the same command to resume"))
+                    break
                 for key, status, last_error, line in lines:
                     reason = tally(key, status, last_error, line)
                     if reason is not None:

@@ -89,11 +89,9 @@ def same_run(out: Path, reference: Path) -> None:
 
 def finish(out: Path, pids: Path, plan: WorkerPlan | None) -> None:
     """Run (or resume) the matrix here, then write its results as the CLI does."""
-    from ibrl_bench.cli import _write_results
-
     runner = Crossplay(config(pids), out, plan)
     asyncio.run(runner.run())
-    _write_results(runner.store, runner.manifest(), runner.total())
+    runner.store.write_results(runner.total())
 
 
 @pytest.fixture(scope="module")

@@ -67,8 +67,8 @@ def _ray():
 def _local_model_seats(runner: Crossplay) -> bool:
     from ibrl_bench.agents.spec import parse_spec
 
-    for spec, agent in runner.agents.items():
-        card = getattr(agent, "card", None)
+    for spec, seat in runner.seats.items():
+        card = seat.card
         kind = parse_spec(card.spec() if card else spec).kind
         if kind in LOCAL_MODELS:
             return True
@@ -142,7 +142,7 @@ class _Worker:
 
         async def one(job: Job):
             async with self.slots:
-                return await runner._play(job, runner.agents)
+                return await runner._play(job, runner.seats)
 
         tasks = [asyncio.ensure_future(one(job)) for job in jobs]
         out, fatal = [], None

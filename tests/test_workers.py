@@ -196,3 +196,20 @@ def test_a_chunk_that_kills_its_worker_again_and_again_stops_the_run(tmp_path, c
     with pytest.raises(RunAborted, match="killed its worker 3 times"):
         asyncio.run(Crossplay(cfg, out, WorkerPlan(workers=1)).run())
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_local_model_is_loaded_by_the_workers_only_and_plays_as_in_one_process(tmp_path, cluster):
+    pytest.importorskip("torch", reason="the [hf] extra is not installed")
+    from ibrl_bench.models.tiny import build_tiny_model
+
+    spec = f"hf:{build_tiny_model(tmp_path / 'tiny', seed=0)}?max_new_tokens=6&batch_size=4"
+    cfg = CrossplayConfig(policies=[spec], counterparts=["scripted:dealnodeal/conceder"], scenarios=2, concurrency=4,
+                          retries=0)
+    here = Crossplay(cfg, tmp_path / "one")
+    asyncio.run(here.run())
+    there = Crossplay(cfg, tmp_path / "workers", WorkerPlan(workers=1))
+    assert not hasattr(there.seats[spec].agent, "model"), "the driver loaded the model"
+    asyncio.run(there.run())
+    assert episodes(tmp_path / "workers") == episodes(tmp_path / "one")
+    assert here.manifest().identity == there.manifest().identity

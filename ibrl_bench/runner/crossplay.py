@@ -337,7 +337,10 @@ class Crossplay:
 
     def _build_seats(self) -> dict[str, Seat]:
         specs = dict.fromkeys([*self.config.policies, *self.config.counterparts])
-        return {spec: build_agent(spec, self.config.domain) for spec in specs}
+        build = build_agent
+        if self.workers is not None:  # the workers play; local models are loaded there only
+            from ibrl_bench.runner.workers import seat_for_driver as build
+        return {spec: build(spec, self.config.domain) for spec in specs}
 
     async def _play(self, job: Job, seats: dict[str, Seat]) -> EpisodeRecord:
         other = self.domain.other(job.policy_role)

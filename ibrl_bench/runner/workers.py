@@ -10,7 +10,8 @@ costs the unfinished episodes of its chunks only: Ray restarts it and sends it t
 A chunk that has killed its worker `DEATHS` times stops the run instead.
 
 Local model seats (hf:, vllm:, or cards that name them) ask Ray for one GPU per worker when the
-cluster has GPUs, so each worker holds one engine on its own GPU.
+cluster has GPUs, so each worker holds one engine on its own GPU; the driver checks their
+parameters but loads no weights (`seat_for_driver`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from ibrl_bench.agents.base import Agent
+from ibrl_bench.agents.spec import Seat
 from ibrl_bench.errors import FatalAgentError, UserError
 
 if TYPE_CHECKING:
@@ -64,6 +67,35 @@ def _ray():
     return ray
 
 
+class _OnWorkers(Agent):
+    """A local model seat as the driver holds it: the prompt it reads, for the run's record. Only
+    the workers load the model, each on its own GPU."""
+
+    def __init__(self, prompt: str):
+        self.prompt = prompt
+
+    async def act(self, obs):
+        raise RuntimeError("a local model seat of a run on workers is played by the workers")
+
+
+def seat_for_driver(spec: str, domain: str) -> Seat:
+    """The seat the driver of a run on workers holds for `spec`: the agent itself, except for a local
+    model, whose parameters and prompt are checked here but whose weights only the workers load."""
+    from ibrl_bench.agents.cards import card_for
+    from ibrl_bench.agents.generation import require_prompts
+    from ibrl_bench.agents.params import HFParams, VLLMParams, parse_params
+    from ibrl_bench.agents.spec import build_agent, parse_spec
+
+    parsed = parse_spec(spec)
+    card = card_for(parsed, domain) if parsed.kind == "card" else None
+    inner = parse_spec(card.spec()) if card else parsed
+    if inner.kind not in LOCAL_MODELS:
+        return build_agent(spec, domain)
+    params = parse_params(HFParams if inner.kind == "hf" else VLLMParams, inner.params, inner.text)
+    require_prompts(domain, params.prompt)
+    return Seat(parsed.text, _OnWorkers(params.prompt), card)
+
+
 def _local_model_seats(runner: Crossplay) -> bool:
     from ibrl_bench.agents.spec import parse_spec
 
@@ -81,7 +113,7 @@ def _connect(ray, plan: WorkerPlan) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reporting home from a benchmark run
-    quiet = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
+    quiet = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     try:
         if plan.address is not None:
             _check_reachable(plan.address)
@@ -116,15 +148,22 @@ class _Worker:
 
         if os.path.isdir(cwd):  # relative paths of the run (--contexts, plugins) as the command saw them
             os.chdir(cwd)
-        self.runner = Crossplay(CrossplayConfig.model_validate_json(config_json), None)
         self.concurrency = concurrency
         self.slots: asyncio.Semaphore | None = None
         self.watchdog = None
+        # What keeps this worker from playing, said to the driver rather than raised: a worker whose
+        # construction fails is restarted by Ray again and again, each time with a traceback.
+        self.broken: str | None = None
+        try:
+            self.runner = Crossplay(CrossplayConfig.model_validate_json(config_json), None)
+        except UserError as e:  # this machine lacks a package, a model, a file or a key the specs need
+            self.broken = str(e)
 
-    async def start(self) -> int:
-        """Ready the worker in its event loop; its process id. Ray reruns `__init__` alone when it
-        restarts a dead worker, so `play` calls this too."""
-        if self.slots is None:
+    async def start(self) -> tuple[int, str | None]:
+        """Ready the worker in its event loop; its process id, and what keeps it from playing if
+        anything does. Ray reruns `__init__` alone when it restarts a dead worker, so `play` calls
+        this too."""
+        if self.slots is None and self.broken is None:
             from ibrl_bench.runner import watchdog
 
             self.slots = asyncio.Semaphore(self.concurrency)
@@ -132,12 +171,14 @@ class _Worker:
             # again, up to DEATHS times); the message lands in the worker's log.
             self.watchdog = watchdog.LoopWatchdog(self.runner.config.move_timeout)
             await self.watchdog.__aenter__()
-        return os.getpid()
+        return os.getpid(), self.broken
 
     async def play(self, jobs: list[Job]) -> tuple[list[tuple[str, str, str | None, str]], BaseException | None]:
         """(key, status, last error, JSON line) per finished episode in job order, and the fatal
         error that stopped the chunk, if any (the episodes finished before it are kept)."""
-        await self.start()
+        _, broken = await self.start()
+        if broken is not None:  # restarted on a machine that cannot build the agents
+            return [], UserError(_cannot_start(broken))
         runner = self.runner
 
         async def one(job: Job):
@@ -192,7 +233,9 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
         )
         config = runner.config.model_dump_json()
         workers = [actor.remote(config, per_worker, os.getcwd()) for _ in range(n)]
-        await _gather_refs(ray, [w.start.remote() for w in workers])
+        for _, broken in await _gather_refs(ray, [w.start.remote() for w in workers]):
+            if broken is not None:
+                raise UserError(_cannot_start(broken))
         progress.playing_since = time.perf_counter()
         await _feed(ray, workers, chunked(pending, size), tally, abort)
     finally:
@@ -207,8 +250,12 @@ async def _gather_refs(ray, refs: list) -> list:
         # A worker that cannot build its agents (a bad spec or card is caught before, in this
         # process; what is left is the worker's machine: a missing package, model or file).
         cause = getattr(e, "error_msg", None) or str(e)
-        raise UserError(f"a worker could not start: {cause.strip().splitlines()[-1]}; "
-                        "the run's specs must work on every node (same packages, files and keys)") from None
+        raise UserError(_cannot_start(cause.strip().splitlines()[-1])) from None
+
+
+def _cannot_start(why: str) -> str:
+    return (f"a worker could not start: {why}; the run's specs must work on every node "
+            "(same packages, files, models and key variables)")
 
 
 async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[BaseException]) -> None:

@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_throughput import SPEC, start_endpoint  # noqa: E402
+from endpoint_throughput import SPEC, start_endpoint
 
-from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
-from ibrl_bench.runner.workers import WorkerPlan  # noqa: E402
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+from ibrl_bench.runner.workers import WorkerPlan
 
-SCRIPTED = dict(policies=["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat"],
-                counterparts=["scripted:dealnodeal/conceder", "scripted:dealnodeal/random"], split="train")
+SCRIPTED = {"policies": ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat"],
+            "counterparts": ["scripted:dealnodeal/conceder", "scripted:dealnodeal/random"], "split": "train"}
 
 
 def measure(config: CrossplayConfig, workers: int | None) -> dict:
@@ -99,8 +99,8 @@ def main() -> None:
     if not args.skip_api:
         proc, url = start_endpoint(args.latency_ms)
         try:
-            api = dict(policies=[SPEC.format(model="fake", url=url)],
-                       counterparts=[SPEC.format(model="fake-2", url=url)])
+            api = {"policies": [SPEC.format(model="fake", url=url)],
+                   "counterparts": [SPEC.format(model="fake-2", url=url)]}
             for name, conc, scenarios in (("low", args.low, 8 * args.low), ("high", args.high, 2 * args.high)):
                 config = CrossplayConfig(scenarios=scenarios, concurrency=conc, **api)
                 level, med = compare(config, args.repeats, one_process=True)

@@ -214,6 +214,7 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
     plan = runner.workers
     assert plan is not None
     started = _connect(ray, plan)
+    workers: list = []
     try:
         resources = ray.cluster_resources()
         unit = "GPU" if _local_model_seats(runner) and resources.get("GPU", 0) >= 1 else "CPU"
@@ -232,13 +233,15 @@ async def play_on_workers(runner: Crossplay, pending: list[Job],
             max_restarts=-1, max_task_retries=DEATHS - 1, max_concurrency=IN_HAND + 2,
         )
         config = runner.config.model_dump_json()
-        workers = [actor.remote(config, per_worker, os.getcwd()) for _ in range(n)]
+        workers.extend(actor.remote(config, per_worker, os.getcwd()) for _ in range(n))
         for _, broken in await _gather_refs(ray, [w.start.remote() for w in workers]):
             if broken is not None:
                 raise UserError(_cannot_start(broken))
         progress.playing_since = time.perf_counter()
         await _feed(ray, workers, chunked(pending, size), tally, abort)
     finally:
+        for worker in workers:  # the run's workers end with it, also on a cluster that outlives it
+            ray.kill(worker)
         if started:
             ray.shutdown()
 
@@ -300,5 +303,3 @@ async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[Base
     finally:
         for future in in_flight:
             future.cancel()
-        for worker in workers:
-            ray.kill(worker)

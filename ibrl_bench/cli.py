@@ -151,11 +151,11 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
 
 
 def _print_results(results, out: Path) -> None:
-    from ibrl_bench.report.terminal import cells_table, methods_note
+    from ibrl_bench.report.terminal import cells_note, cells_table
 
     title = f"{results.domain} · {results.scenario_set.get('split')} split · {out}"
     console.print(cells_table(results, title=title, width=console.width))
-    console.print(f"[dim]{methods_note(results)}[/dim]")
+    console.print(f"[dim]{escape(cells_note(results))}[/dim]")
     seats = [u for c in results.cells for u in c.usage.values()]
     if any(u.prompt_tokens or u.completion_tokens for u in seats):
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)

@@ -8,7 +8,7 @@ turn and agent name.
     hearing.py   reading the other side's text (the seller's keyword cues, the buyer's offers)
     sellers.py   four sales strategies: consultative, discount_led, pushy_upseller, by_the_book
     buyers.py    one buyer per temperament (hurried, skeptical, friendly, analytical) and persona
-    wording.py   what each temperament says, as data
+    temperaments.py  how each temperament haggles and what it says, as data
 
 The main knobs can be set in the spec: sellers take `markup` and `concession`
 (`scripted:telesales/consultative?concession=0.5`), buyers `depth` and `curve`.

@@ -4,7 +4,7 @@
 A buyer reads its persona and the offer on the table (hearing.py) and accepts only offers that meet
 its needs within budget and at or below its current limit, which rises from below its willingness
 to pay toward it as its patience runs out; it counters in words and leaves when patience ends. A
-temperament is knobs (class attributes below) and wording (wording.py, data); the logic is one.
+temperament is knobs and wording (temperaments.py, data); the logic is one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ibrl_bench.agents.base import Reply
 from ibrl_bench.agents.params import Params
 from ibrl_bench.agents.scripted.telesales.common import BUYER, SELLER, Scripted, join, money
 from ibrl_bench.agents.scripted.telesales.hearing import BuyerView, read_buyer
-from ibrl_bench.agents.scripted.telesales.wording import WORDING, Part, Wording
+from ibrl_bench.agents.scripted.telesales.temperaments import PROFILES, Part, Wording
 from ibrl_bench.domains.base import Observation
 from ibrl_bench.domains.telesales.catalog import load_catalog
 from ibrl_bench.domains.telesales.models import TEMPERAMENTS, Offer, Persona
@@ -36,17 +36,25 @@ class BuyerParams(Params):
 
 
 class Buyer(Scripted):
-    """The one buyer; a temperament sets the knobs below and its `wording`."""
+    """The one buyer logic; a subclass named after a temperament takes that temperament's knobs
+    and wording (temperaments.py) as its class attributes."""
 
     role = BUYER
-    depth = 0.08  # first limit: this share below its willingness to pay
-    curve = 1.0  # exponent of the limit's rise over its patience (<1 early, >1 late)
-    patience_delta = 0  # added to the persona's patience
-    leave_after_mismatches = 3  # leave once this many offers missed a must-have
-    holds_to_earlier_quote = False  # declines an offer worse for it than an earlier one
+    depth: float
+    curve: float
+    patience_delta: int
+    leave_after_mismatches: int
+    holds_to_earlier_quote: bool
     wording: Wording
 
     params_model = BuyerParams
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        profile = PROFILES.get(cls.name)
+        if profile is not None:
+            for knob, value in profile:
+                setattr(cls, knob, value)
 
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
@@ -175,7 +183,8 @@ class Buyer(Scripted):
 
 
 class _Fields(Mapping[str, Any]):
-    """The values a wording template may name (wording.py), each worked out only when named."""
+    """The values a wording template may name (temperaments.py), each worked out only
+    when named."""
 
     def __init__(self, buyer: Buyer, view: BuyerView, offer: Offer | None, given: dict[str, str]):
         self.buyer, self.view, self.offer, self.given = buyer, view, offer, given
@@ -216,10 +225,6 @@ class Hurried(Buyer):
     budget in one line, and leaves if it has no offer by its second message."""
 
     name = "hurried"
-    depth = 0.04
-    curve = 0.5
-    patience_delta = -2
-    wording = WORDING["hurried"]
 
 
 class Skeptical(Buyer):
@@ -228,10 +233,6 @@ class Skeptical(Buyer):
     offer of a vehicle that misses its needs ("you're not listening")."""
 
     name = "skeptical"
-    depth = 0.12
-    curve = 2.0
-    leave_after_mismatches = 2
-    wording = WORDING["skeptical"]
 
 
 class Friendly(Buyer):
@@ -240,10 +241,6 @@ class Friendly(Buyer):
     and concedes evenly."""
 
     name = "friendly"
-    depth = 0.05
-    curve = 1.0
-    patience_delta = 1
-    wording = WORDING["friendly"]
 
 
 class Analytical(Buyer):
@@ -252,10 +249,6 @@ class Analytical(Buyer):
     that is worse for it than an earlier one (it asks for the earlier terms instead)."""
 
     name = "analytical"
-    depth = 0.08
-    curve = 1.0
-    holds_to_earlier_quote = True
-    wording = WORDING["analytical"]
 
 
 class PersonaBuyer(Buyer):

@@ -186,7 +186,16 @@ class DiscountLed(Seller):
         return set()  # it sells on price alone
 
 
-class PushyUpseller(Seller):
+class FirmSeller(Seller):
+    """A seller that holds to its own prices: it ignores counters and the stated budget, and does not
+    drop to the floor on its last message."""
+
+    counters = "never"
+    respects_budget = False
+    final_floor = False
+
+
+class PushyUpseller(FirmSeller):
     """Pushy upseller: offers the dearest stocked vehicle that fits what the buyer said, ignoring
     the budget, at 3% over list with the accessory pack priced in; concedes slowly (15% of the gap
     per offer), ignores counters, and steps down to a cheaper vehicle only after two price
@@ -196,9 +205,6 @@ class PushyUpseller(Seller):
     ask_first = False
     markup = 1.03
     concession = 0.15
-    counters = "never"
-    respects_budget = False
-    final_floor = False
     opening = "Good news from {dealer}: I have exactly the car for you."
 
     def pick(self, view: SellerView) -> Vehicle:
@@ -215,7 +221,7 @@ class PushyUpseller(Seller):
         return price
 
 
-class ByTheBook(Seller):
+class ByTheBook(FirmSeller):
     """By the book: asks about needs, then quotes the best-fitting vehicle at its published price
     (list less a 2% internet discount) and never haggles; when the buyer says that vehicle does not
     fit or is too dear, it quotes the next-best fit that the stated budget covers at that price."""
@@ -223,9 +229,6 @@ class ByTheBook(Seller):
     name = "by_the_book"
     markup = 0.98
     concession = 0.0
-    counters = "never"
-    respects_budget = False
-    final_floor = False
     opening = "Good day, {dealer} sales desk."
 
     def pick(self, view: SellerView) -> Vehicle:

@@ -1,4 +1,5 @@
-"""What each scripted TeleSales buyer says, by temperament: data, read by the one buyer (buyers.py).
+"""The scripted TeleSales buyers' temperaments, as data read by the one buyer logic (buyers.py): how
+each haggles (its knobs) and what it says (its wording).
 
 A message is a list of parts said in order. A part is a template, or a list of templates of which
 the episode's RNG picks one; `when` names the condition under which the part is said (absent:
@@ -47,15 +48,26 @@ class Wording(BaseModel):
     better_earlier: tuple[Part, ...] = ()  # for a buyer that holds out for an earlier, better quote
 
 
-WORDING: dict[str, Wording] = {
-    "hurried": Wording(
+class Temperament(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    depth: float  # first limit: this share below its willingness to pay
+    curve: float = 1.0  # exponent of the limit's rise over its patience (<1 early, >1 late)
+    patience_delta: int = 0  # added to the persona's patience
+    leave_after_mismatches: int = 3  # leave once this many offers missed a must-have
+    holds_to_earlier_quote: bool = False  # declines an offer worse for it than an earlier one
+    wording: Wording
+
+
+PROFILES: dict[str, Temperament] = {
+    "hurried": Temperament(depth=0.04, curve=0.5, patience_delta=-2, wording=Wording(
         introduce=parts("Quick one: need {needs}. Max {budget}."),
         nudge=parts("No time for chat. I'm leaving unless you name a car and a price. {leave}"),
         haggle=parts(Part(say="Over my budget. ", when="over"), "{counter} and we're done."),
         agree=parts("Fine, done."),
         goodbye=parts("Out of time, bye."),
-    ),
-    "skeptical": Wording(
+    )),
+    "skeptical": Temperament(depth=0.12, curve=2.0, leave_after_mismatches=2, wording=Wording(
         introduce=parts("I need {needs}. I'm not discussing my budget.",
                         Part(say=" What do you actually have?", when="no_table")),
         mismatch_first=parts("And that one doesn't work: {missing}."),
@@ -64,8 +76,8 @@ WORDING: dict[str, Wording] = {
                      Part(say=" And I'd want {extras_or} thrown in.", when="no_extras_offered")),
         agree=parts("All right. I'll take it."),
         goodbye=parts("I've heard enough. Goodbye."),
-    ),
-    "friendly": Wording(
+    )),
+    "friendly": Temperament(depth=0.05, patience_delta=1, wording=Wording(
         introduce=parts(("Hi there, thanks for calling!", "Hello! Good timing, I'm shopping for a car."),
                         " I'm looking for {needs}.",
                         Part(say=" It would be lovely to have {nice}.", when="nice"),
@@ -74,8 +86,8 @@ WORDING: dict[str, Wording] = {
         haggle=parts(Part(say="That's a bit over my budget. ", when="over"), Part(say="I like it! ", when="within"),
                      ("Could you do {counter}?", "Would {counter} work for you?")),
         agree=parts("Wonderful, you've got a deal!"),
-    ),
-    "analytical": Wording(
+    )),
+    "analytical": Temperament(depth=0.08, holds_to_earlier_quote=True, wording=Wording(
         introduce=parts("Requirements: {needs_list}.", Part(say=" Nice to have: {nice_list}.", when="nice"),
                         " Budget: {budget}.", Part(say=" Please quote a specific vehicle and price.", when="no_table")),
         haggle=parts(Part(say="That is {over_by} over my budget of {budget}. ", when="over"),
@@ -84,5 +96,5 @@ WORDING: dict[str, Wording] = {
         goodbye=parts("The numbers don't work for me. I'll pass."),
         better_earlier=parts("Your earlier quote for the {vehicle} at {price} was better value for me. "
                              "Can you do at least that?"),
-    ),
+    )),
 }

@@ -144,7 +144,8 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
                 bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
-    results = runner.store.write_results(runner.total())
+    results = runner.results()
+    runner.store.write_results(results)
     _print_results(results, out)
     if aborted:
         raise aborted
@@ -185,12 +186,9 @@ def show(run: str) -> None:
     from ibrl_bench.runs import Run
 
     r = Run(run)
-    results = r.saved_results()
-    if results is None:  # never written, or stale: the log holds other episodes than it counts
-        from ibrl_bench.runner.crossplay import planned_episodes
-
-        results = r.store.write_results(planned_episodes(r.manifest.identity))
-    _print_results(results, Path(run))
+    if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
+        r.store.write_results(r.results)  # recomputed from the episodes
+    _print_results(r.results, Path(run))
 
 
 @cli.command()

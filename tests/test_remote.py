@@ -188,7 +188,7 @@ def test_a_key_echoed_by_the_endpoint_never_reaches_the_run_folder(tmp_path, mon
     assert progress.done == 4
     texts = [t.text for r in runner.store.records() for t in r.transcript if t.role == r.policy_role]
     assert any("(key ***)" in t for t in texts), "the echo reached the transcript, masked"
-    runner.store.write_results(runner.total())
+    runner.store.write_results(runner.results())
     files = list((tmp_path / "x").iterdir())
     assert {"episodes.jsonl", "manifest.json", "results.json"} <= {p.name for p in files}
     assert all(sentinel not in p.read_text() for p in files)

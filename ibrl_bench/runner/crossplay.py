@@ -231,6 +231,14 @@ class Crossplay:
     def total(self) -> int:
         return planned_episodes(self.manifest().identity)
 
+    def results(self):
+        """The cell results of what the run folder holds now (stats.matrix.Results)."""
+        from ibrl_bench.stats.matrix import summarize
+
+        m = self.manifest()
+        return summarize(self.store.latest().values(), domain=m.domain, scenario_set=m.scenario_set,
+                         n_planned=planned_episodes(m.identity), identity=m.identity)
+
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         done = self.store.open(self.manifest())
         pending = [job for job in self.jobs() if job.key not in done]

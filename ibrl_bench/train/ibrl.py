@@ -25,7 +25,7 @@ Unilateral RL is the same run with one argument: `run(config, fixed={other_role:
 the remaining role against that fixed agent (unilateral.py only checks its options and makes the
 call). IB-RL is `fixed={}`: every role trains.
 
-Scale. The plumbing lives in launch.py (accelerate, DDP, FSDP): each process plays its share of
+Scale. The plumbing lives in distributed.py (accelerate, DDP, FSDP): each process plays its share of
 the step's scenarios (whole groups, so the group normalization is local), and the update is the
 one a single process would make on all the step's groups: each process divides its loss by the
 step's sample (or token) count over all processes (`over_processes`), and runs as many
@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
-from ibrl_bench.train.launch import (
+from ibrl_bench.train.distributed import (
     clip_gradients,
     counterpart_on_device,
     empty_batch,
@@ -286,7 +286,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
                                                       first_max=True)
     if count == 0:
         return {}  # no process has a move of this role in this step
-    while len(batches) < count:  # every process runs as many forwards and backwards (launch.py)
+    while len(batches) < count:  # every process runs as many forwards and backwards (distributed.py)
         batches.append(empty_batch(pad_id))
         adv.append(torch.zeros(1))
     batches = [b.to(accelerator.device) for b in batches]

@@ -191,7 +191,7 @@ def run(config: IBRLConfig, log: StepLogger | None = None, fixed: Mapping[Role, 
     prepare(accelerator, policies, config.mixed_precision)
     agents, sync = make_agents(policies, domain, config, accelerator)  # one agent for both roles on one base
     for role, spec in fixed.items():
-        agents[role] = build_agent(counterpart_on_device(spec, accelerator), config.domain)
+        agents[role] = build_agent(counterpart_on_device(spec, accelerator), config.domain).agent
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:

@@ -168,7 +168,7 @@ def save(accelerator: Any, policies: dict[Role, Policy], out: str, prompt: str =
         if fsdp.is_sharded(policy.model):
             # An adapter needs its own tensors only, not the base's billions.
             mine = f".{policy.adapter}." if policy.adapter is not None else ""
-            state = fsdp.full_state(policy.model, lambda name: mine in name, accelerator.is_main_process)
+            state = fsdp.full_state(policy.model, lambda name, mine=mine: mine in name, accelerator.is_main_process)
         if accelerator.is_main_process:
             specs[role] = with_prompt(policy.save(folder, state), prompt)
     accelerator.wait_for_everyone()

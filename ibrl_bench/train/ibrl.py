@@ -70,7 +70,7 @@ from ibrl_bench.train.distributed import (
     save,
     seed_everything,
 )
-from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
+from ibrl_bench.train.losses import GRPOOptions, group_advantages, grpo_loss
 from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
 from ibrl_bench.train.rollout import (
     Group,
@@ -81,7 +81,12 @@ from ibrl_bench.train.rollout import (
     step_scenarios,
     vllm_policy_agents,
 )
-from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
+from ibrl_bench.train.samples import (
+    Sample,
+    collate,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 
 logger = logging.getLogger(__name__)
 

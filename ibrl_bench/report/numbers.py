@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from ibrl_bench.stats.intervals import Interval
+if TYPE_CHECKING:  # annotations only: `play` writes no interval and must not load scipy
+    from ibrl_bench.stats.intervals import Interval
 
 
 def format_number(x: float | None, percent: bool = False, signed: bool = False, digits: int | None = None) -> str:

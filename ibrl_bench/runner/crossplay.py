@@ -29,6 +29,7 @@ from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.runner.metering import Metering
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
 
 
@@ -47,6 +48,9 @@ class CrossplayConfig(BaseModel):
     move_timeout: float | None = Field(120.0, gt=0)
     fail_on_error: float = Field(0.2, ge=0, le=1)  # stop when this share of episodes errs
     min_episodes_for_fail: int = Field(10, ge=1)
+    cache: bool = True  # replies of model seats from/to the response cache (runner/cache.py)
+    cache_dir: str | None = None  # None: the user's cache folder
+    budget_usd: float | None = Field(None, gt=0)  # what this command may pay for model calls
 
     @field_validator("policies", "counterparts")
     @classmethod
@@ -221,12 +225,18 @@ class Crossplay:
         return planned_episodes(self.manifest().identity)
 
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
-        done = self.store.open(self.manifest())
+        metering = Metering.open(self.config, self.domain)  # a cache that cannot open stops before the folder is made
+        self.budget = metering.budget
+        try:
+            done = self.store.open(self.manifest())
+        except BaseException:
+            metering.close()
+            raise
         pending = [job for job in self.jobs() if job.key not in done]
         progress = Progress(total=self.total(), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)
-        agents = self.agents
+        agents = metering.seats(self.agents)
         queue: asyncio.Queue[Job] = asyncio.Queue()
         for job in pending:
             queue.put_nowait(job)
@@ -296,6 +306,7 @@ class Crossplay:
             await asyncio.gather(*workers, return_exceptions=True)
             self.store.close()
             await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+            metering.close()
             if abort:
                 self.store.discard_if_unused()
         if abort:

@@ -29,6 +29,7 @@ from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.runner.budget import BudgetReached
 from ibrl_bench.runner.metering import Metering
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
 
@@ -310,6 +311,8 @@ class Crossplay:
             if abort:
                 self.store.discard_if_unused()
         if abort:
+            if isinstance(abort[0], BudgetReached):  # said with what was spent once the cut episodes settled
+                raise RunAborted(self.budget.stop_line())
             raise abort[0]
         return progress
 

@@ -1,0 +1,143 @@
+"""The response cache, the budget and the dry-run estimate, against the fake endpoint on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+from ibrl_bench.agents.spec import build_agent  # noqa: E402
+from ibrl_bench.domains import get_domain  # noqa: E402
+from ibrl_bench.errors import UserError  # noqa: E402
+from ibrl_bench.runner.cache import request_key, seat_identity  # noqa: E402
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted  # noqa: E402
+from ibrl_bench.stats.matrix import summarize  # noqa: E402
+from ibrl_bench.testing.fake_openai import make_app, serve  # noqa: E402
+
+RANDOM = "scripted:dealnodeal/random"  # behind the endpoint: its moves depend on the draw
+CONCEDER = "scripted:dealnodeal/conceder"
+# $1000 / $2000 per million tokens: a call of a few hundred words costs about half a dollar.
+PAID = "timeout=5&backoff=0.01&max_backoff=0.05&price_in=1000&price_out=2000"
+
+
+def remote(url: str, inner: str = RANDOM, extra: str = "") -> str:
+    return f"openai:{inner}@{url}?key_env=none&observation=true&{PAID}{extra}"
+
+
+def play(folder, policy: str, cache_dir, **kw) -> Crossplay:
+    kw.setdefault("counterparts", [CONCEDER])
+    kw.setdefault("scenarios", 4)
+    runner = Crossplay(CrossplayConfig(policies=[policy], cache_dir=str(cache_dir), **kw), folder)
+    asyncio.run(runner.run())
+    return runner
+
+
+def policy_usage(runner: Crossplay):
+    return [r.usage[r.policy_role] for r in runner.store.records()]
+
+
+def test_a_rerun_against_the_cache_makes_no_request_costs_nothing_and_counts_its_hits(tmp_path):
+    app = make_app()
+    with serve(app) as url:
+        first = play(tmp_path / "first", remote(url), tmp_path / "cache", seeds=2)
+        paid = app.state.requests
+        second = play(tmp_path / "second", remote(url), tmp_path / "cache", seeds=2)
+        assert app.state.requests == paid > 0  # not one request the second time
+        third = play(tmp_path / "third", remote(url), tmp_path / "cache", seeds=2, cache=False)
+    assert app.state.requests == 2 * paid  # --no-cache pays again, for every move
+    a, b = ({r.key: r for r in run.store.records()} for run in (first, second))
+    assert a.keys() == b.keys() and len(a) == 16
+    for key, rec in a.items():  # sampled moves replayed: the same games, move for move
+        assert [t.text for t in b[key].transcript] == [t.text for t in rec.transcript]
+    moves = sum(1 for r in a.values() for t in r.transcript if t.role == r.policy_role)
+    before, after = policy_usage(first), policy_usage(second)
+    assert sum(u.calls for u in before) == paid == moves and sum(u.cache_hits for u in before) == 0
+    assert sum(u.cost_usd for u in before) > 0
+    assert sum(u.calls for u in after) == 0 and sum(u.cost_usd for u in after) == 0
+    assert sum(u.prompt_tokens + u.completion_tokens for u in after) == 0
+    assert sum(u.cache_hits for u in after) == moves
+    assert sum(u.cached_tokens for u in after) == sum(u.prompt_tokens + u.completion_tokens for u in before)
+    assert sum(u.saved_usd for u in after) == pytest.approx(sum(u.cost_usd for u in before))
+    assert sum(u.calls for u in policy_usage(third)) == moves
+    # Per cell, as results.json and cells.csv report it.
+    cells = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=16).cells
+    assert sum(c.usage["policy"].cache_hits for c in cells) == moves
+    assert all(c.usage["policy"].cost_usd == 0 and c.usage["policy"].calls == 0 for c in cells)
+
+
+def test_the_key_follows_snapshot_sampling_and_prompt_version_not_transport(tmp_path, monkeypatch):
+    game = get_domain("dealnodeal")
+    messages = game.chat_messages(game.observe(game.start(game.scenario_set("test", 1).scenarios[0], 0), "a"))
+    url = "http://127.0.0.1:9/v1?key_env=none"
+
+    def key(spec: str, sample: int | None = 1) -> str:
+        return request_key(seat_identity(build_agent(spec, "dealnodeal"), game), messages, sample)
+
+    base = key(f"openai:some-model@{url}&temperature=0.7")
+    assert key(f"openai:some-model@{url}") == base  # the default spelled out or not: one identity
+    assert key(f"openai:some-model@http://127.0.0.2:8/v1?key_env=none&timeout=9&concurrency=3") == base
+    assert key(f"openai:some-model@{url}&temperature=0.8") != base
+    assert key(f"openai:some-model@{url}&top_p=0.9") != base
+    assert key(f"openai:some-model@{url}&max_tokens=100") != base
+    assert key(f"openai:other-model@{url}") != base
+    assert key(f"openai:some-model@{url}", sample=2) != base  # another draw of the same request
+
+    # The snapshot a card pins.
+    cards = tmp_path / "counterparts"
+    cards.mkdir()
+    monkeypatch.setenv("IBRL_BENCH_COUNTERPARTS", str(cards))
+    for name, revision in (("snap-a", "2025-01-01"), ("snap-b", "2025-02-01")):
+        (cards / f"{name}.yaml").write_text(
+            f"version: 1\nid: {name}\nbackend: openai\nmodel: m\nrevision: '{revision}'\n"
+            "base_url: http://127.0.0.1:9/v1\ndomains: [dealnodeal]\n")
+    assert key("card:snap-a") != key("card:snap-b")
+
+    # The prompt version (a reworded prompt is a new version, even with the same words here).
+    prompt = game.role_prompt()
+    monkeypatch.setitem(game.prompts, prompt.name, dataclasses.replace(prompt, version=prompt.version + "-next"))
+    assert key(f"openai:some-model@{url}") != base
+
+
+def test_the_budget_stops_before_spending_more_and_the_run_resumes(tmp_path):
+    app = make_app()
+    with serve(app) as url:
+        spec = remote(url, extra="&max_tokens=64")
+        first = Crossplay(CrossplayConfig(policies=[spec], counterparts=[CONCEDER], scenarios=6,
+                                          cache_dir=str(tmp_path / "cache"), budget_usd=3.0, concurrency=1),
+                          tmp_path / "run")
+        with pytest.raises(RunAborted) as stop:
+            asyncio.run(first.run())
+        spent = first.budget.spent
+        assert 0 < spent <= 3.0
+        assert f"spent ${spent:.4f} of --budget-usd 3" in str(stop.value) and "left" in str(stop.value)
+        kept = len(first.store.records())
+        assert 0 < kept < 12
+        assert sum(u.cost_usd for u in policy_usage(first)) <= spent + 1e-9  # the recorded ones among them
+        paid_before = app.state.requests
+        second = Crossplay(CrossplayConfig(policies=[spec], counterparts=[CONCEDER], scenarios=6,
+                                           cache_dir=str(tmp_path / "cache")), tmp_path / "run")
+        asyncio.run(second.run())
+    records = second.store.records()
+    assert len(records) == 12  # resumed to the end; the kept episodes not played again
+    moves = sum(1 for r in records for t in r.transcript if t.role == r.policy_role)
+    # Every move was paid for once over both commands: the moves of episodes cut short by the stop
+    # came back from the cache.
+    assert app.state.requests == moves
+    # The calls the first command paid for beyond its recorded episodes (the episode the stop cut
+    # short) were replayed from the cache by the second.
+    kept_calls = sum(r.usage[r.policy_role].calls for r in records[:kept])
+    hits = sum(r.usage[r.policy_role].cache_hits for r in records[kept:])
+    assert hits == paid_before - kept_calls > 0
+
+def test_a_cache_folder_that_cannot_be_made_is_one_clear_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    runner = Crossplay(CrossplayConfig(policies=[CONCEDER], counterparts=[CONCEDER], scenarios=1,
+                                       cache_dir=str(blocker / "cache")), tmp_path / "run")
+    with pytest.raises(UserError, match="--no-cache"):
+        asyncio.run(runner.run())
+    assert not (tmp_path / "run").exists()

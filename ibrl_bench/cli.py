@@ -85,8 +85,15 @@ def cli() -> None:
 @click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None, help="Response cache folder of model seats (default: the user's cache folder).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache: every model move is paid for.")
+@click.option("--budget-usd", type=Finite(0, min_open=True), default=None, help="Stop cleanly before this command pays more than this for model calls.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and its estimated tokens, cost and cache hits; play nothing.")
+@click.option("--pilot", type=click.Path(file_okay=False, exists=True), default=None, help="With --dry-run: a run folder to measure calls and tokens per episode from.")
+@click.option("--target-halfwidth", type=Finite(0, 1, min_open=True), default=None, help="Add episodes in rounds to cells whose interval is wider than this (see docs/statistics.md).")
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
-              concurrency, retries, move_timeout, fail_on_error, out, quiet) -> None:
+              concurrency, retries, move_timeout, fail_on_error, out, quiet, cache_dir, no_cache, budget_usd,
+              dry_run, pilot, target_halfwidth) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
 
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
@@ -118,11 +125,23 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         domain=domain, policies=policies, counterparts=members,
         roles=list(roles) or None, split=split, scenarios=scenarios, contexts_file=contexts, seeds=seeds,
         max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
-        fail_on_error=fail_on_error,
+        fail_on_error=fail_on_error, cache=not no_cache, cache_dir=cache_dir, budget_usd=budget_usd,
+        target_halfwidth=target_halfwidth,
     )
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    if pilot and not dry_run:
+        raise UserError("--pilot goes with --dry-run (it measures what a run will cost); add --dry-run")
+    if dry_run:
+        from ibrl_bench.runner.crossplay import Crossplay
+        from ibrl_bench.runner.dryrun import estimate, plan_table
+
+        table, lines = plan_table(estimate(Crossplay(config, Path(out)), pilot), budget_usd)
+        console.print(table)
+        for line in lines:
+            console.print(line, highlight=False)
+        return
     _run_crossplay(config, Path(out), quiet)
 
 

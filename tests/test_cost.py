@@ -141,3 +141,30 @@ def test_a_cache_folder_that_cannot_be_made_is_one_clear_line(tmp_path):
     with pytest.raises(UserError, match="--no-cache"):
         asyncio.run(runner.run())
     assert not (tmp_path / "run").exists()
+
+
+def test_the_dry_run_estimate_is_within_20_percent_of_the_real_run(tmp_path):
+    from ibrl_bench.runner.dryrun import estimate
+
+    app = make_app()
+    with serve(app) as url:
+        # A pilot on other scenarios (the dev split), then the run it prices (the test split).
+        play(tmp_path / "pilot", remote(url), tmp_path / "pilot-cache", split="dev", scenarios=4)
+        config = dict(policies=[remote(url)], counterparts=[CONCEDER], scenarios=12, seeds=1,
+                      cache_dir=str(tmp_path / "cache"))
+        planned = estimate(Crossplay(CrossplayConfig(**config), tmp_path / "run"), tmp_path / "pilot")
+        bound = estimate(Crossplay(CrossplayConfig(**config), tmp_path / "run"))
+        assert not (tmp_path / "run").exists()  # a dry run writes nothing
+        asyncio.run(Crossplay(CrossplayConfig(**config), tmp_path / "run").run())
+        replay = estimate(Crossplay(CrossplayConfig(**config), tmp_path / "again"), tmp_path / "pilot")
+    used = policy_usage(Crossplay(CrossplayConfig(**config), tmp_path / "run"))
+    real_tokens = sum(u.prompt_tokens + u.completion_tokens for u in used)
+    real_cost = sum(u.cost_usd for u in used)
+    real_calls = sum(u.calls for u in used)
+    assert planned.pending == 24 and {s.role for s in planned.seats} == {"a", "b"}
+    assert abs(planned.tokens - real_tokens) <= 0.2 * real_tokens, (planned.tokens, real_tokens)
+    assert abs(planned.cost_usd - real_cost) <= 0.2 * real_cost
+    assert sum(s.calls for s in bound.seats) >= real_calls  # without a pilot: the turn limit bounds the calls
+    # Against a cache that holds the whole run: every call expected from it, nothing to pay.
+    assert sum(s.cache_hits for s in replay.seats) == real_calls
+    assert replay.cost_usd == 0 and replay.tokens == 0

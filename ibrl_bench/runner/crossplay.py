@@ -52,6 +52,7 @@ class CrossplayConfig(BaseModel):
     cache: bool = True  # replies of model seats from/to the response cache (runner/cache.py)
     cache_dir: str | None = None  # None: the user's cache folder
     budget_usd: float | None = Field(None, gt=0)  # what this command may pay for model calls
+    target_halfwidth: float | None = Field(None, gt=0)  # adaptive sampling (runner/adaptive.py)
 
     @field_validator("policies", "counterparts")
     @classmethod

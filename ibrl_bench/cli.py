@@ -90,10 +90,11 @@ def cli() -> None:
 @click.option("--budget-usd", type=Finite(0, min_open=True), default=None, help="Stop cleanly before this command pays more than this for model calls.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and its estimated tokens, cost and cache hits; play nothing.")
 @click.option("--pilot", type=click.Path(file_okay=False, exists=True), default=None, help="With --dry-run: a run folder to measure calls and tokens per episode from.")
-@click.option("--target-halfwidth", type=Finite(0, 1, min_open=True), default=None, help="Add episodes in rounds to cells whose interval is wider than this (see docs/statistics.md).")
+@click.option("--target-halfwidth", type=Finite(0, min_open=True), default=None, help="Add episodes in rounds (new scenarios, then seeds, up to --scenarios x --seeds) to cells whose interval is wider than this (docs/statistics.md).")
+@click.option("--target-metric", default=None, metavar="NAME", help="The metric --target-halfwidth narrows (default success_at_1).")
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
               concurrency, retries, move_timeout, fail_on_error, out, quiet, cache_dir, no_cache, budget_usd,
-              dry_run, pilot, target_halfwidth) -> None:
+              dry_run, pilot, target_halfwidth, target_metric) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
 
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
@@ -126,7 +127,7 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         roles=list(roles) or None, split=split, scenarios=scenarios, contexts_file=contexts, seeds=seeds,
         max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
         fail_on_error=fail_on_error, cache=not no_cache, cache_dir=cache_dir, budget_usd=budget_usd,
-        target_halfwidth=target_halfwidth,
+        target_halfwidth=target_halfwidth, target_metric=target_metric,
     )
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
@@ -175,7 +176,12 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
     aborted: RunAborted | None = None
     with bar:
         try:
-            asyncio.run(runner.run(on_progress))
+            if config.target_halfwidth is not None:
+                from ibrl_bench.runner.adaptive import run_adaptive
+
+                asyncio.run(run_adaptive(runner, on_progress))
+            else:
+                asyncio.run(runner.run(on_progress))
         except RunAborted as e:
             aborted = e
         except KeyboardInterrupt:
@@ -185,8 +191,14 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
                 bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
-    results = _write_results(runner.store, runner.manifest(), runner.total())
+    from ibrl_bench.runner.adaptive import print_adaptive, read_report
+
+    adaptive = read_report(out) if config.target_halfwidth is not None else None
+    n_planned = sum(c.planned for c in adaptive.cells) if adaptive else runner.total()
+    results = _write_results(runner.store, runner.manifest(), n_planned)
     _print_results(results, out)
+    if adaptive:
+        print_adaptive(adaptive, console)
     if aborted:
         raise aborted
 

@@ -29,7 +29,7 @@ from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.episode import play_episode
-from ibrl_bench.runner.budget import BudgetReached
+from ibrl_bench.runner.budget import Budget, BudgetReached
 from ibrl_bench.runner.metering import Metering
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
 
@@ -53,6 +53,7 @@ class CrossplayConfig(BaseModel):
     cache_dir: str | None = None  # None: the user's cache folder
     budget_usd: float | None = Field(None, gt=0)  # what this command may pay for model calls
     target_halfwidth: float | None = Field(None, gt=0)  # adaptive sampling (runner/adaptive.py)
+    target_metric: str | None = None  # the metric whose interval it narrows (default success_at_1)
 
     @field_validator("policies", "counterparts")
     @classmethod
@@ -136,6 +137,8 @@ class Crossplay:
         # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
         self.agents = self._build_agents()
         self._check_card_roles()
+        # One budget for the whole command, however many rounds of episodes it plays.
+        self.budget = Budget(config.budget_usd) if config.budget_usd is not None else None
 
     def _scenarios(self) -> ScenarioSet:
         if self.config.contexts_file:
@@ -226,15 +229,16 @@ class Crossplay:
     def total(self) -> int:
         return planned_episodes(self.manifest().identity)
 
-    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
-        metering = Metering.open(self.config, self.domain)  # a cache that cannot open stops before the folder is made
-        self.budget = metering.budget
+    async def run(self, on_progress: Callable[[Progress], None] | None = None,
+                  jobs: list[Job] | None = None) -> Progress:
+        """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones."""
+        metering = Metering.open(self.config, self.domain, self.budget)  # a cache that cannot open stops before the folder is made
         try:
             done = self.store.open(self.manifest())
         except BaseException:
             metering.close()
             raise
-        pending = [job for job in self.jobs() if job.key not in done]
+        pending = [job for job in (self.jobs() if jobs is None else jobs) if job.key not in done]
         progress = Progress(total=self.total(), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)

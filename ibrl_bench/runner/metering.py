@@ -91,10 +91,10 @@ class Metering:
         self.domain, self.cache, self.budget = domain, cache, budget
 
     @classmethod
-    def open(cls, config: Any, domain: Domain) -> Metering:
-        """From a CrossplayConfig: `cache`, `cache_dir`, `budget_usd`."""
+    def open(cls, config: Any, domain: Domain, budget: Budget | None) -> Metering:
+        """The cache a CrossplayConfig names (`cache`, `cache_dir`), and the command's budget."""
         cache = ResponseCache(config.cache_dir or default_cache_dir()) if config.cache else None
-        return cls(domain, cache, Budget(config.budget_usd) if config.budget_usd is not None else None)
+        return cls(domain, cache, budget)
 
     def seats(self, agents: dict[str, Agent]) -> dict[str, Agent]:
         return {spec: MeteredSeat(a, self.domain, self.cache, self.budget) if is_model_seat(a) else a

@@ -168,3 +168,34 @@ def test_the_dry_run_estimate_is_within_20_percent_of_the_real_run(tmp_path):
     # Against a cache that holds the whole run: every call expected from it, nothing to pay.
     assert sum(s.cache_hits for s in replay.seats) == real_calls
     assert replay.cost_usd == 0 and replay.tokens == 0
+
+
+def test_dry_run_writes_nothing_and_pilot_needs_it(tmp_path):
+    from click.testing import CliRunner
+
+    from ibrl_bench.cli import cli
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["crossplay", "--policy", CONCEDER, "--counterpart", RANDOM, "--scenarios", "3",
+                                      "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0 and "no model seat" in result.output and not out.exists()
+    result = CliRunner().invoke(cli, ["crossplay", "--policy", CONCEDER, "--counterpart", RANDOM,
+                                      "--pilot", str(tmp_path), "--out", str(out)])
+    # (the `ibrl-bench` entry point prints a UserError as its one line)
+    assert isinstance(result.exception, UserError) and "--pilot goes with --dry-run" in str(result.exception)
+    assert not out.exists()
+
+
+def test_a_local_checkpoint_written_again_in_place_is_another_seat(tmp_path):
+    import os
+
+    from ibrl_bench.runner.cache import files_fingerprint
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"first weights")
+    before = files_fingerprint(str(folder))
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    os.utime(folder / "model.safetensors", ns=(1, 1))
+    assert files_fingerprint(str(folder)) != before
+    assert files_fingerprint(str(tmp_path / "absent")) is None

@@ -60,7 +60,7 @@ def seat_identity(agent: Agent, domain: Domain) -> dict[str, Any]:
         resolved = getattr(agent, attr, None)
         if hasattr(resolved, "model_dump"):
             sampling = {k: v for k, v in resolved.model_dump().items() if k not in TRANSPORT} | sampling
-    return {
+    identity = {
         "key_version": KEY_VERSION,
         "backend": spec.kind,
         "model": spec.target.partition("@")[0],
@@ -68,6 +68,21 @@ def seat_identity(agent: Agent, domain: Domain) -> dict[str, Any]:
         "sampling": dict(sorted(sampling.items())),
         "prompt": {"name": prompt.name, "version": prompt.version, "hash": prompt.hash},
     }
+    if spec.kind in ("hf", "vllm"):
+        # A checkpoint folder is often written again in place (a new training run, the same
+        # path): its files' sizes and times are its snapshot.
+        identity["weights"] = [files_fingerprint(spec.target), files_fingerprint(sampling.get("adapter"))]
+    return identity
+
+
+def files_fingerprint(path: str | None) -> str | None:
+    """Names, sizes and modification times of the files at a local path (None if not one)."""
+    if not path or not Path(path).exists():
+        return None
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return content_hash([(str(p.relative_to(root)) if p != root else p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                         for p in files[:1000]])
 
 
 def is_greedy(identity: dict[str, Any]) -> bool:

@@ -221,10 +221,12 @@ def _print_results(results, out: Path) -> None:
     console.print(cells_table(results, title=title, width=console.width))
     console.print(f"[dim]{methods_note(results)}[/dim]")
     seats = [u for c in results.cells for u in c.usage.values()]
-    if any(u.prompt_tokens or u.completion_tokens for u in seats):
+    if any(u.prompt_tokens or u.completion_tokens or u.cache_hits for u in seats):
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
         cost = sum(u.cost_usd for u in seats)
-        console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} "
+        hits = sum(u.cache_hits for u in seats)
+        cached = f"; {hits:,} replies from the cache (${sum(u.saved_usd for u in seats):.4f} not paid again)" if hits else ""
+        console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} paid{cached} "
                       "(per cell and seat in results.json)", highlight=False)
     n_err = sum(c.n_errors for c in results.cells)
     if n_err:

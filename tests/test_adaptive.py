@@ -17,7 +17,7 @@ HARDLINER = "scripted:dealnodeal/hardliner"  # about 70% agreement: a wide cell
 
 
 def test_the_looks_depend_on_the_split_alone():
-    assert looks(100) == [10, 15, 23, 35, 53, 80, 100]
+    assert looks(100) == [10, 13, 17, 22, 28, 35, 44, 55, 69, 87, 100]
     assert looks(7) == [7]
 
 

@@ -119,31 +119,34 @@ async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveR
     confidence = LOOK_CONFIDENCE
     open_cells = list(ordered)
     stops: dict[tuple, CellStop] = {}
-    last: dict[tuple, Interval] = {}
     stopped_by: RunAborted | None = None
-    for r, n in enumerate(sizes):
-        try:
-            await runner.run(on_progress, jobs=[j for cell in open_cells for j in ordered[cell][:n]])
-        except RunAborted as e:
-            if runner.budget is None or runner.budget.refused == 0:
-                raise
-            stopped_by = e
-        latest = runner.store.latest()
-        for cell in list(open_cells):
-            records = [latest[j.key] for j in ordered[cell][:n] if j.key in latest]
-            frame = episodes_frame(records)
-            if metric not in metric_names(frame):
-                raise UserError(f"--target-metric {metric} is not a metric of this run; "
-                                f"choose one of {', '.join(metric_names(frame))}")
-            iv = last[cell] = cell_metrics(frame, confidence)[metric]
-            reason = "budget" if stopped_by is not None else stop_reason(halfwidth(iv), n, sizes[-1],
-                                                                          config.target_halfwidth)
-            if reason:
-                stops[cell] = CellStop(policy=cell[0], counterpart=cell[1], policy_role=cell[2],
-                                       planned=n, episodes=len(records), looks=r + 1, reason=reason, interval=iv)
-                open_cells.remove(cell)
-        if stopped_by is not None or not open_cells:
-            break
+    try:
+        for r, n in enumerate(sizes):
+            try:
+                await runner.run(on_progress, jobs=[j for cell in open_cells for j in ordered[cell][:n]],
+                                 close_agents=False)
+            except RunAborted as e:
+                if runner.budget is None or runner.budget.refused == 0:
+                    raise
+                stopped_by = e
+            latest = runner.store.latest()
+            for cell in list(open_cells):
+                records = [latest[j.key] for j in ordered[cell][:n] if j.key in latest]
+                frame = episodes_frame(records)
+                if metric not in metric_names(frame):
+                    raise UserError(f"--target-metric {metric} is not a metric of this run; "
+                                    f"choose one of {', '.join(metric_names(frame))}")
+                iv = cell_metrics(frame, confidence)[metric]
+                reason = "budget" if stopped_by is not None else stop_reason(halfwidth(iv), n, sizes[-1],
+                                                                              config.target_halfwidth)
+                if reason:
+                    stops[cell] = CellStop(policy=cell[0], counterpart=cell[1], policy_role=cell[2],
+                                           planned=n, episodes=len(records), looks=r + 1, reason=reason, interval=iv)
+                    open_cells.remove(cell)
+            if stopped_by is not None or not open_cells:
+                break
+    finally:
+        await runner.aclose_agents()
     report = AdaptiveReport(metric=metric, target_halfwidth=config.target_halfwidth, looks=sizes,
                             confidence=confidence, rule=rule_text(sizes, confidence, config.target_halfwidth, metric),
                             cells=[stops[cell] for cell in ordered])

@@ -230,8 +230,10 @@ class Crossplay:
         return planned_episodes(self.manifest().identity)
 
     async def run(self, on_progress: Callable[[Progress], None] | None = None,
-                  jobs: list[Job] | None = None) -> Progress:
-        """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones."""
+                  jobs: list[Job] | None = None, close_agents: bool = True) -> Progress:
+        """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones. A caller
+        that plays several parts in turn keeps the agents open (`close_agents=False`) and closes
+        them after the last (`aclose_agents`)."""
         metering = Metering.open(self.config, self.domain, self.budget)  # a cache that cannot open stops before the folder is made
         try:
             done = self.store.open(self.manifest())
@@ -311,7 +313,8 @@ class Crossplay:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             self.store.close()
-            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+            if close_agents:
+                await self.aclose_agents()
             metering.close()
             if abort:
                 self.store.discard_if_unused()
@@ -320,6 +323,9 @@ class Crossplay:
                 raise RunAborted(self.budget.stop_line())
             raise abort[0]
         return progress
+
+    async def aclose_agents(self) -> None:
+        await asyncio.gather(*(a.aclose() for a in self.agents.values()), return_exceptions=True)
 
     def _build_agents(self) -> dict[str, Agent]:
         specs = dict.fromkeys([*self.config.policies, *self.config.counterparts])

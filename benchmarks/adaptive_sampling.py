@@ -112,12 +112,12 @@ def main() -> None:
         for target in (0.03, 0.05, 0.08, 0.12):
             table[(confidence, target)] = [coverage(p, target, confidence, args.reps, 2000, rng) for p in rates]
             row = " ".join(f"{c:.3f}" for c in table[(confidence, target)])
-            print(f"coverage, {confidence:.0%} a look, H={target}: {row}  (rates {rates}); "
+            print(f"coverage, {confidence:.1%} a look, H={target}: {row}  (rates {rates}); "
                   f"min {min(table[(confidence, target)]):.3f}")
     # The Monte Carlo error of one share near 0.95 with these reps.
     se = (NOMINAL * (1 - NOMINAL) / args.reps) ** 0.5
     worst = min(min(v) for (c, _), v in table.items() if c == LOOK_CONFIDENCE)
-    print(f"adaptive rule ({LOOK_CONFIDENCE:.0%} a look): minimum coverage {worst:.3f} over the grid "
+    print(f"adaptive rule ({LOOK_CONFIDENCE:.1%} a look): minimum coverage {worst:.3f} over the grid "
           f"(nominal {NOMINAL:.0%}; Monte Carlo SE {se:.3f})")
     if args.json:
         with open(args.json, "w") as f:

@@ -10,17 +10,17 @@ The rule, fixed before any episode is played:
   n_{r+1} = ceil(`GROWTH` x n_r), up to N x S (`looks`). Their number K depends on N, S and these
   constants alone, never on the data.
 - At each look, every cell still open gets the interval of the target metric from the interval
-  engine (stats/intervals.py via stats/cells.py) at the per-look level `LOOK_CONFIDENCE` (97.5%).
+  engine (stats/intervals.py via stats/cells.py) at the per-look level `LOOK_CONFIDENCE` (97%).
   A cell whose half-width (high - low) / 2 is at most H stops there and reports that interval;
   the others get the episodes up to the next look. A cell stops too when its split runs out, or
   when the budget does.
 
-Why 97.5% a look (1 - alpha / 2) and not 95%: a cell that stops early stops because its interval
-came out narrow, and a rate's interval is narrow when its estimate is far from 1/2, so the stopping
-rule leans on the estimate and the 95% interval at a fixed size covers less than 95% at the stop
+Why 97% a look and not 95%: a cell that stops early stops because its interval came out narrow,
+and a rate's interval is narrow when its estimate is far from 1/2, so the stopping rule leans on
+the estimate and the 95% interval at a fixed size covers less than 95% at the stop
 (measured: down to about 94%). Bonferroni over the K looks (each at 1 - 0.05 / K) guarantees 95%
 for any rule, but with K near 20 it asks about twice the episodes, which undoes the saving. At
-97.5% a look the measured coverage of this rule stays above 95% over true rates from 0.1 to 0.99
+97% a look the measured coverage of this rule stays above 95% over true rates from 0.1 to 0.99
 and targets from 0.03 to 0.12 (benchmarks/adaptive_sampling.py measures it with the engine's own
 intervals). The coverage is therefore measured, not proven: see docs/statistics.md.
 
@@ -41,7 +41,7 @@ from ibrl_bench.stats.intervals import Interval
 
 INITIAL = 10  # episodes of a cell at its first look
 GROWTH = 1.25  # each look holds this many times the episodes of the one before
-LOOK_CONFIDENCE = 0.975  # each look's interval level (1 - alpha / 2), so that the rule covers 95% (above)
+LOOK_CONFIDENCE = 0.97  # each look's interval level, at which the rule covers 95% (measured; above)
 NOMINAL = 0.95  # what the rule's intervals are meant to cover
 DEFAULT_METRIC = "success_at_1"
 
@@ -85,7 +85,7 @@ def looks(cap: int, initial: int = INITIAL, growth: float = GROWTH) -> list[int]
 
 def rule_text(sizes: list[int], confidence: float, target: float, metric: str) -> str:
     return (f"looks at {', '.join(map(str, sizes))} episodes per cell (scenarios first, then seeds), fixed before "
-            f"the data; at each, the {metric} interval at {confidence:.0%} (so that the stopped cells' intervals cover "
+            f"the data; at each, the {metric} interval at {confidence:.1%} (so that the stopped cells' intervals cover "
             f"{NOMINAL:.0%}, measured: docs/statistics.md); a cell stops once its half-width is at most {target:g}")
 
 

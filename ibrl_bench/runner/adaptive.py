@@ -171,6 +171,21 @@ def adaptive_table(report: AdaptiveReport):
     return table
 
 
+async def play_matrix(runner, on_progress: Callable | None = None) -> None:
+    """What `crossplay` plays: the whole matrix, or with target_halfwidth set, the adaptive rounds."""
+    if runner.config.target_halfwidth is None:
+        await runner.run(on_progress)
+    else:
+        await run_adaptive(runner, on_progress)
+
+
+def planned(runner) -> tuple[int, AdaptiveReport | None]:
+    """The episodes the command planned (an adaptive run's: the sizes its cells stopped at), and
+    the adaptive report where there is one."""
+    report = read_report(runner.store.folder) if runner.config.target_halfwidth is not None else None
+    return (sum(c.planned for c in report.cells) if report else runner.total()), report
+
+
 def read_report(folder) -> AdaptiveReport | None:
     from pathlib import Path
 

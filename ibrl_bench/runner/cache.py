@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.spec import MODEL_KINDS, parse_spec
+from ibrl_bench.agents.spec import MODEL_KINDS, Seat, parse_spec
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, content_hash
 from ibrl_bench.errors import UserError
 from ibrl_bench.secrets import scrub
@@ -44,16 +43,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "ibrl-bench"
 
 
-def is_model_seat(agent: Agent) -> bool:
-    return bool(agent.spec) and parse_spec(agent.spec).kind in MODEL_KINDS
+def is_model_seat(seat: Seat) -> bool:
+    return parse_spec(seat.spec).kind in MODEL_KINDS
 
 
-def seat_identity(agent: Agent, domain: Domain) -> dict[str, Any]:
+def seat_identity(seat: Seat, domain: Domain) -> dict[str, Any]:
     """What a model seat's replies depend on besides the request: the model and its snapshot, the
     sampling parameters as resolved (defaults included, so `temperature=0.7` spelled out or left to
     the default is one identity), and the name, version and hash of the role prompt it reads."""
-    card = getattr(agent, "card", None)
-    spec = parse_spec(card.spec() if card is not None else agent.spec)
+    card, agent = seat.card, seat.agent
+    spec = parse_spec(card.spec() if card is not None else seat.spec)
     prompt = domain.role_prompt(getattr(agent, "prompt", DEFAULT_PROMPT))
     sampling = {k: v for k, v in spec.params.items() if k not in TRANSPORT}
     for attr in ("gen", "params"):  # remote backends: `gen`; local ones: `params`

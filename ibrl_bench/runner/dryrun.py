@@ -128,7 +128,7 @@ async def _replayed(runner, job, model_specs: set[str], cache: ResponseCache, se
     """Moves each model role replays from the cache in this job's episode, and whether it reached the end."""
     other = runner.domain.other(job.policy_role)
     by_role = {job.policy_role: job.policy, other: job.counterpart}
-    agents = {role: _FromCache(seats[spec], cache) if spec in model_specs else runner.agents[spec]
+    agents = {role: _FromCache(seats[spec], cache) if spec in model_specs else runner.seats[spec].agent
               for role, spec in by_role.items()}
     try:
         await play_episode(runner.domain, job.scenario, agents, job.seed, runner.max_turns, None)
@@ -147,8 +147,8 @@ def estimate(runner, pilot: str | Path | None = None) -> Plan:
     if runner.store.manifest_path.is_file():
         done = {k for k, r in runner.store.latest().items() if r.outcome.status != "error"}
     jobs = [job for job in runner.jobs() if job.key not in done]
-    model_specs = {spec for spec, a in runner.agents.items() if is_model_seat(a)}
-    seats = {spec: MeteredSeat(runner.agents[spec], runner.domain, None, None) for spec in model_specs}
+    model_specs = {spec for spec, seat in runner.seats.items() if is_model_seat(seat)}
+    seats = {spec: MeteredSeat(runner.seats[spec], runner.domain, None, None) for spec in model_specs}
     measured = pilot_measurements(pilot) if pilot else {}
     cache = None
     folder = Path(config.cache_dir or default_cache_dir()).expanduser()
@@ -193,7 +193,7 @@ def estimate(runner, pilot: str | Path | None = None) -> Plan:
     for (spec, role), row in rows.items():
         seat = seats[spec]
         prices_in, prices_out = seat.prices
-        card = getattr(runner.agents[spec], "card", None)
+        card = runner.seats[spec].card
         dated = card.prices.as_of if card is not None and card.prices is not None else None
         if not (prices_in or prices_out):
             cost, where = (None, "no prices") if parse_spec(spec).kind in ("openai", "litellm") or card else (0.0, "local")
@@ -236,3 +236,10 @@ def plan_table(plan: Plan, budget_usd: float | None = None):
         lines.append("without a pilot, calls assume every episode runs to the turn limit (an upper bound); "
                      "give --pilot RUN (a small run of the same seats) for measured calls and tokens")
     return table, lines
+
+
+def dry_run_report(config, out: str | Path, pilot: str | Path | None = None):
+    """`crossplay --dry-run`: the plan of this configuration and folder as a table and lines to print."""
+    from ibrl_bench.runner.crossplay import Crossplay
+
+    return plan_table(estimate(Crossplay(config, out), pilot), config.budget_usd)

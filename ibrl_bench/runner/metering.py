@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.spec import Seat
 from ibrl_bench.agents.generation import request_seed
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation
 from ibrl_bench.runner.budget import Budget, worst_call_cost
@@ -21,10 +22,12 @@ from ibrl_bench.runner.cache import (Cached, ResponseCache, default_cache_dir, i
 
 
 class MeteredSeat(Agent):
-    def __init__(self, inner: Agent, domain: Domain, cache: ResponseCache | None, budget: Budget | None):
+    """The agent of a model seat, answering from the cache where it can and paying where not."""
+
+    def __init__(self, seat: Seat, domain: Domain, cache: ResponseCache | None, budget: Budget | None):
+        inner = seat.agent
         self.inner, self.domain, self.cache, self.budget = inner, domain, cache, budget
-        self.spec = inner.spec
-        self.identity = seat_identity(inner, domain)
+        self.identity = seat_identity(seat, domain)
         self.greedy = is_greedy(self.identity)
         self.prompt = getattr(inner, "prompt", DEFAULT_PROMPT)
         pricing = getattr(inner, "pricing", None)
@@ -80,9 +83,6 @@ class MeteredSeat(Agent):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    def __getattr__(self, name: str) -> Any:  # card, prompt ... of the seat it wraps
-        return getattr(self.inner, name)
-
 
 class Metering:
     """The cache and budget of one command, and the seats they wrap."""
@@ -96,9 +96,10 @@ class Metering:
         cache = ResponseCache(config.cache_dir or default_cache_dir()) if config.cache else None
         return cls(domain, cache, budget)
 
-    def seats(self, agents: dict[str, Agent]) -> dict[str, Agent]:
-        return {spec: MeteredSeat(a, self.domain, self.cache, self.budget) if is_model_seat(a) else a
-                for spec, a in agents.items()}
+    def seats(self, seats: dict[str, Seat]) -> dict[str, Seat]:
+        """The seats with each model seat's agent metered (scripted and plugin seats as they are)."""
+        return {spec: Seat(s.spec, MeteredSeat(s, self.domain, self.cache, self.budget), s.card)
+                if is_model_seat(s) else s for spec, s in seats.items()}
 
     def close(self) -> None:
         if self.cache is not None:

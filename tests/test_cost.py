@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import pytest
 
@@ -199,3 +200,19 @@ def test_a_local_checkpoint_written_again_in_place_is_another_seat(tmp_path):
     os.utime(folder / "model.safetensors", ns=(1, 1))
     assert files_fingerprint(str(folder)) != before
     assert files_fingerprint(str(tmp_path / "absent")) is None
+
+
+def test_adaptive_rounds_stop_at_the_budget_and_resume(tmp_path):
+    from ibrl_bench.runner.adaptive import run_adaptive
+
+    with serve(make_app()) as url:
+        config = dict(policies=[remote(url, extra="&max_tokens=64")], counterparts=[CONCEDER], roles=["a"],
+                      scenarios=20, target_halfwidth=0.3, cache_dir=str(tmp_path / "cache"), concurrency=1)
+        first = Crossplay(CrossplayConfig(**config, budget_usd=4.0), tmp_path / "run")
+        with pytest.raises(RunAborted, match="stopped at the budget"):
+            asyncio.run(run_adaptive(first))
+        stopped = json.loads((tmp_path / "run" / "adaptive.json").read_text())["cells"]
+        assert [c["reason"] for c in stopped] == ["budget"] and stopped[0]["episodes"] < stopped[0]["planned"] == 10
+        second = Crossplay(CrossplayConfig(**config), tmp_path / "run")
+        report = asyncio.run(run_adaptive(second))
+    assert report.cells[0].reason in ("reached H", "split exhausted") and report.cells[0].episodes >= 10

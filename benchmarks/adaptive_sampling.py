@@ -28,7 +28,13 @@ import tempfile
 
 import numpy as np
 
-from ibrl_bench.runner.adaptive import LOOK_CONFIDENCE, NOMINAL, looks, run_adaptive, stop_reason
+from ibrl_bench.runner.adaptive import (
+    LOOK_CONFIDENCE,
+    NOMINAL,
+    looks,
+    run_adaptive,
+    stop_reason,
+)
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 from ibrl_bench.stats.batch import matrix_metrics
 from ibrl_bench.stats.intervals import _clopper_pearson, proportion_interval

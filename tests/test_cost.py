@@ -11,13 +11,13 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
-from ibrl_bench.agents.spec import build_agent  # noqa: E402
-from ibrl_bench.domains import get_domain  # noqa: E402
-from ibrl_bench.errors import UserError  # noqa: E402
-from ibrl_bench.runner.cache import request_key, seat_identity  # noqa: E402
-from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted  # noqa: E402
-from ibrl_bench.stats.matrix import summarize  # noqa: E402
-from ibrl_bench.testing.fake_openai import make_app, serve  # noqa: E402
+from ibrl_bench.agents.spec import build_agent
+from ibrl_bench.domains import get_domain
+from ibrl_bench.errors import UserError
+from ibrl_bench.runner.cache import request_key, seat_identity
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
+from ibrl_bench.stats.matrix import summarize
+from ibrl_bench.testing.fake_openai import make_app, serve
 
 RANDOM = "scripted:dealnodeal/random"  # behind the endpoint: its moves depend on the draw
 CONCEDER = "scripted:dealnodeal/conceder"
@@ -80,7 +80,7 @@ def test_the_key_follows_snapshot_sampling_and_prompt_version_not_transport(tmp_
 
     base = key(f"openai:some-model@{url}&temperature=0.7")
     assert key(f"openai:some-model@{url}") == base  # the default spelled out or not: one identity
-    assert key(f"openai:some-model@http://127.0.0.2:8/v1?key_env=none&timeout=9&concurrency=3") == base
+    assert key("openai:some-model@http://127.0.0.2:8/v1?key_env=none&timeout=9&concurrency=3") == base
     assert key(f"openai:some-model@{url}&temperature=0.8") != base
     assert key(f"openai:some-model@{url}&top_p=0.9") != base
     assert key(f"openai:some-model@{url}&max_tokens=100") != base
@@ -151,8 +151,8 @@ def test_the_dry_run_estimate_is_within_20_percent_of_the_real_run(tmp_path):
     with serve(app) as url:
         # A pilot on other scenarios (the dev split), then the run it prices (the test split).
         play(tmp_path / "pilot", remote(url), tmp_path / "pilot-cache", split="dev", scenarios=4)
-        config = dict(policies=[remote(url)], counterparts=[CONCEDER], scenarios=12, seeds=1,
-                      cache_dir=str(tmp_path / "cache"))
+        config = {"policies": [remote(url)], "counterparts": [CONCEDER], "scenarios": 12, "seeds": 1,
+                  "cache_dir": str(tmp_path / "cache")}
         planned = estimate(Crossplay(CrossplayConfig(**config), tmp_path / "run"), tmp_path / "pilot")
         bound = estimate(Crossplay(CrossplayConfig(**config), tmp_path / "run"))
         assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -206,8 +206,8 @@ def test_adaptive_rounds_stop_at_the_budget_and_resume(tmp_path):
     from ibrl_bench.runner.adaptive import run_adaptive
 
     with serve(make_app()) as url:
-        config = dict(policies=[remote(url, extra="&max_tokens=64")], counterparts=[CONCEDER], roles=["a"],
-                      scenarios=20, target_halfwidth=0.3, cache_dir=str(tmp_path / "cache"), concurrency=1)
+        config = {"policies": [remote(url, extra="&max_tokens=64")], "counterparts": [CONCEDER], "roles": ["a"],
+                  "scenarios": 20, "target_halfwidth": 0.3, "cache_dir": str(tmp_path / "cache"), "concurrency": 1}
         first = Crossplay(CrossplayConfig(**config, budget_usd=4.0), tmp_path / "run")
         with pytest.raises(RunAborted, match="stopped at the budget"):
             asyncio.run(run_adaptive(first))

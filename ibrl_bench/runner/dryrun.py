@@ -30,7 +30,12 @@ from ibrl_bench.agents.base import Agent, Reply
 from ibrl_bench.agents.spec import parse_spec
 from ibrl_bench.domains.base import Observation
 from ibrl_bench.errors import UserError
-from ibrl_bench.runner.cache import CACHE_FILE, TRANSPORT, ResponseCache, default_cache_dir
+from ibrl_bench.runner.cache import (
+    CACHE_FILE,
+    TRANSPORT,
+    ResponseCache,
+    default_cache_dir,
+)
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.runner.metering import MeteredSeat
 from ibrl_bench.runner.store import RunStore
@@ -232,7 +237,7 @@ def plan_table(plan: Plan, budget_usd: float | None = None):
     if budget_usd is not None:
         verdict = "fits in" if plan.cost_usd <= budget_usd else "exceeds"
         lines.append(f"the estimate {verdict} --budget-usd {budget_usd:g}")
-    if any(s.source != f"pilot" and not s.source.startswith("pilot") for s in plan.seats):
+    if any(s.source != "pilot" and not s.source.startswith("pilot") for s in plan.seats):
         lines.append("without a pilot, calls assume every episode runs to the turn limit (an upper bound); "
                      "give --pilot RUN (a small run of the same seats) for measured calls and tokens")
     return table, lines

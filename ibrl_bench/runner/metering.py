@@ -13,12 +13,19 @@ import asyncio
 from typing import Any
 
 from ibrl_bench.agents.base import Agent, Reply, Usage
-from ibrl_bench.agents.spec import Seat
 from ibrl_bench.agents.generation import request_seed
+from ibrl_bench.agents.spec import Seat
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation
 from ibrl_bench.runner.budget import Budget, worst_call_cost
-from ibrl_bench.runner.cache import (Cached, ResponseCache, default_cache_dir, is_greedy, is_model_seat, request_key,
-                                      seat_identity)
+from ibrl_bench.runner.cache import (
+    Cached,
+    ResponseCache,
+    default_cache_dir,
+    is_greedy,
+    is_model_seat,
+    request_key,
+    seat_identity,
+)
 
 
 class MeteredSeat(Agent):

@@ -80,6 +80,8 @@ def cli() -> None:
 @click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
 @click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Play in N local worker processes (Ray; pip install 'ibrl-bench[ray]'); --concurrency is shared among them.")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None, help="Play on the Ray cluster at ADDRESS (e.g. auto); one worker per CPU, or per GPU for local model seats, unless --workers says.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None, help="Response cache folder of model seats (default: the user's cache folder).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache: every model move is paid for.")
@@ -90,8 +92,8 @@ def cli() -> None:
 @click.option("--target-metric", default=None, metavar="NAME", help="The metric --target-halfwidth narrows (default success_at_1).")
 @interrupt_hint(RESUME_RUN)
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
-              concurrency, retries, move_timeout, fail_on_error, out, quiet, cache_dir, no_cache, budget_usd,
-              dry_run, pilot, target_halfwidth, target_metric) -> None:
+              concurrency, retries, move_timeout, fail_on_error, workers, ray_address, out, quiet, cache_dir, no_cache,
+              budget_usd, dry_run, pilot, target_halfwidth, target_metric) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
 
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
@@ -120,14 +122,16 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         for line in lines:
             console.print(line, highlight=False)
         return
-    _run_crossplay(matrix.config, Path(out), quiet)
+    from ibrl_bench.runner.workers import plan
+
+    _run_crossplay(matrix.config, Path(out), quiet, plan(workers, ray_address))
 
 
-def _run_crossplay(config, out: Path, quiet: bool) -> None:
+def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
     from ibrl_bench.runner.adaptive import planned, play_matrix, print_adaptive
     from ibrl_bench.runner.crossplay import Crossplay, RunAborted
 
-    runner = Crossplay(config, out)
+    runner = Crossplay(config, out, workers)
     bar = Progress(
         TextColumn("[bold]cross-play[/bold]"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),

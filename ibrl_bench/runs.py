@@ -110,7 +110,7 @@ class Run:
         if saved is not None:
             return saved
         return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=planned_episodes(self.manifest.identity))
+                         n_planned=planned_episodes(self.manifest.identity), identity=self.manifest.identity)
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:

@@ -169,7 +169,8 @@ def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
     n_planned, adaptive = planned(runner)
-    results = runner.store.write_results(n_planned)
+    results = runner.results(n_planned)
+    runner.store.write_results(results)
     _print_results(results, out)
     if adaptive:
         print_adaptive(adaptive, console)
@@ -178,11 +179,11 @@ def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
 
 
 def _print_results(results, out: Path) -> None:
-    from ibrl_bench.report.terminal import cells_table, methods_note
+    from ibrl_bench.report.terminal import cells_note, cells_table
 
     title = f"{results.domain} · {results.scenario_set.get('split')} split · {out}"
     console.print(cells_table(results, title=title, width=console.width))
-    console.print(f"[dim]{methods_note(results)}[/dim]")
+    console.print(f"[dim]{escape(cells_note(results))}[/dim]")
     seats = [u for c in results.cells for u in c.usage.values()]
     if any(u.prompt_tokens or u.completion_tokens or u.cache_hits for u in seats):
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
@@ -214,12 +215,9 @@ def show(run: str) -> None:
     from ibrl_bench.runs import Run
 
     r = Run(run)
-    results = r.saved_results()
-    if results is None:  # never written, or stale: the log holds other episodes than it counts
-        from ibrl_bench.runner.crossplay import planned_episodes
-
-        results = r.store.write_results(planned_episodes(r.manifest.identity))
-    _print_results(results, Path(run))
+    if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
+        r.store.write_results(r.results)  # recomputed from the episodes
+    _print_results(r.results, Path(run))
 
 
 @cli.command()

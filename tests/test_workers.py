@@ -91,7 +91,7 @@ def finish(out: Path, pids: Path, plan: WorkerPlan | None) -> None:
     """Run (or resume) the matrix here, then write its results as the CLI does."""
     runner = Crossplay(config(pids), out, plan)
     asyncio.run(runner.run())
-    runner.store.write_results(runner.total())
+    runner.store.write_results(runner.results())
 
 
 @pytest.fixture(scope="module")

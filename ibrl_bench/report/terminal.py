@@ -8,8 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ibrl_bench.domains.base import Outcome, Turn
+from ibrl_bench.report.numbers import format_interval, methods_note
 from ibrl_bench.secrets import scrub
-from ibrl_bench.stats.intervals import Interval
 from ibrl_bench.stats.matrix import Results
 
 # (metric key, column title, shown as a percentage)
@@ -22,20 +22,6 @@ COLUMNS = [
     ("price_share_of_list", "price/list", True),
     ("policy_invalid", "invalid", True),
 ]
-
-
-def fmt(iv: Interval | None, percent: bool, stacked: bool = False) -> str:
-    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores, `-1 [-6, 8]` when a bound is
-    negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
-    if iv is None or iv.estimate is None:
-        return "n/a"
-    scale, spec = (100, ".0f") if percent else (1, ".1f")
-    est = format(iv.estimate * scale, spec)
-    if iv.low is None or iv.high is None:
-        return est
-    sep = "\n" if stacked else " "
-    join = ", " if min(iv.low, iv.high) < 0 else "-"
-    return f"{est}{sep}[{format(iv.low * scale, spec)}{join}{format(iv.high * scale, spec)}]"
 
 
 def short(spec: str, domain: str) -> str:
@@ -70,15 +56,15 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
             cell.policy_role,
             str(cell.n_scored),
             *([str(cell.n_errors) if cell.n_errors else ""] if columns_err else []),
-            *(fmt(cell.metrics.get(key), pct, stacked) for key, _, pct in columns),
+            *(format_interval(cell.metrics.get(key), pct, digits=1, stacked=stacked) for key, _, pct in columns),
         )
     return table
 
 
-def methods_note(results: Results) -> str:
-    methods = sorted({iv.method for c in results.cells for iv in c.metrics.values() if iv.low is not None})
-    level = f"{results.confidence:.0%}"
-    return f"{level} intervals; rates in %, scores of the policy (cpt: counterpart); methods: {'; '.join(methods) or 'none'}"
+def cells_note(results: Results) -> str:
+    """The note under the cell table: how its intervals were made, and how to read its numbers."""
+    return methods_note((iv for c in results.cells for iv in c.metrics.values()),
+                        "Rates in %, scores of the policy (cpt: counterpart)")
 
 
 def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome, labels: dict[str, str]) -> None:

@@ -242,6 +242,16 @@ class Crossplay:
     def total(self) -> int:
         return planned_episodes(self.manifest().identity)
 
+    def results(self, n_planned: int | None = None):
+        """The cell results of what the run folder holds now (stats.matrix.Results), against
+        `n_planned` episodes (default: the whole matrix; an adaptive run plans fewer)."""
+        from ibrl_bench.stats.matrix import summarize
+
+        m = self.manifest()
+        return summarize(self.store.latest().values(), domain=m.domain, scenario_set=m.scenario_set,
+                         n_planned=planned_episodes(m.identity) if n_planned is None else n_planned,
+                         identity=m.identity)
+
     async def run(self, on_progress: Callable[[Progress], None] | None = None,
                   jobs: list[Job] | None = None, close_agents: bool = True) -> Progress:
         """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones. A caller

@@ -45,6 +45,10 @@ class Results(BaseModel):
     error_kinds: dict[str, int] = {}  # the final error of each error episode, most common first
     cells: list[CellResult]
 
+    def cells_csv(self) -> str:
+        """cells.csv: one row per cell (`cells_frame`)."""
+        return cells_frame(self).to_csv(index=False)
+
 
 def episodes_frame(records: Iterable[EpisodeRecord]) -> pd.DataFrame:
     """One row per episode, from the policy's point of view."""

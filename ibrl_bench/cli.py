@@ -450,16 +450,16 @@ _confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=Tru
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 
 
-def _open_run(path: str, roles: tuple[str, ...] = (), every_cell: str | None = None):
-    """The run and its episode table, narrowed to `roles`. With `every_cell` (the command's name),
-    a run that lacks a scored episode in some cell of its matrix is refused rather than ranked
-    without it. An unfinished run is named in a note on stderr."""
-    from ibrl_bench.runs import Run
+def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_cell: str | None = None):
+    """The run (several folders of the same games read as one) and its episode table, narrowed to
+    `roles`. With `every_cell` (the command's name), a run that lacks a scored episode in some cell
+    of its matrix is refused rather than ranked without it. An unfinished run is named in a note on stderr."""
+    from ibrl_bench.runs import open_runs
 
-    run = Run(path)
+    run = open_runs([paths] if isinstance(paths, str) else paths)
     frame = run.frame
     if frame.empty:
-        raise UserError(f"{path} holds no finished episode yet; run crossplay first")
+        raise UserError(f"{run.name} holds no finished episode yet; run crossplay first")
     for role in roles:
         if role not in set(frame["policy_role"]):
             raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
@@ -486,7 +486,7 @@ def _emit(result, renderable, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @click.argument("a")
 @click.argument("b")
 @click.option("--kind", type=click.Choice(["policy", "counterpart"]), default=None,
@@ -497,10 +497,11 @@ def _emit(result, renderable, as_json: bool) -> None:
 @click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also test equivalence (TOST): is |A - B| smaller than this margin?")
 @_json_option
-def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None:
+def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json) -> None:
     """A minus B on the same games: paired by scenario, seed, role and opponent.
 
-    A and B are two policies (or two counterparts) of the run, by spec or short name. Prints the
+    A and B are two policies (or two counterparts) of the run, by spec or short name; several run
+    folders of the same games are read as one run. Prints the
     difference with a paired interval over scenarios and the p-value of that interval inverted (they
     always agree), overall and per cell, with Holm-adjusted p-values across the cells.
     """
@@ -508,7 +509,7 @@ def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None
     from ibrl_bench.runs import resolve
     from ibrl_bench.stats.paired import compare as compare_stats
 
-    r, frame = _open_run(run, roles)
+    r, frame = _open_run(runs, roles)
     if kind is None:
         in_p = [x for x in (a, b) if _resolves(x, r.policies)]
         in_c = [x for x in (a, b) if _resolves(x, r.counterparts)]
@@ -533,7 +534,7 @@ def _resolves(name: str, choices: list[str]) -> bool:
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @click.option("--method", "methods", multiple=True, nargs=2, metavar="P C",
               help="A policy and the counterpart it trained against; repeatable, one per method compared.")
 @click.option("--policy", "policies", multiple=True, metavar="P", help="Policy trained against --train-counterpart; repeatable.")
@@ -550,7 +551,7 @@ def _resolves(name: str, choices: list[str]) -> bool:
 @_role_option
 @_confidence_option
 @_json_option
-def mismatch(run, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
+def mismatch(runs, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
              roles, confidence, as_json) -> None:
     """Static-counterpart mismatch, and method vs method.
 
@@ -563,7 +564,7 @@ def mismatch(run, methods, policies, train_counterpart, heldout, reference, view
     from ibrl_bench.report import tables
     from ibrl_bench.stats.mismatch import mismatch_many
 
-    r, frame = _open_run(run, roles)
+    r, frame = _open_run(runs, roles)
     if policies and not train_counterpart:
         raise UserError("--policy needs --train-counterpart C (or give each method as --method P C)")
     pairs = [(r.resolve(p, "policy"), r.resolve(c, "counterpart")) for p, c in methods]
@@ -580,17 +581,19 @@ def mismatch(run, methods, policies, train_counterpart, heldout, reference, view
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @_metric_option
 @_role_option
 @_confidence_option
 @_json_option
-def rank(run, metric, roles, confidence, as_json) -> None:
-    """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM)."""
+def rank(runs, metric, roles, confidence, as_json) -> None:
+    """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM).
+
+    Several run folders of the same games are read as one run (their matrices joined)."""
     from ibrl_bench.report import tables
     from ibrl_bench.stats.ranking import rankings
 
-    _, frame = _open_run(run, roles, every_cell="rank")
+    _, frame = _open_run(runs, roles, every_cell="rank")
     result = rankings(frame, metric=metric, confidence=confidence)
     _emit(result, tables.rankings(result), as_json)
 
@@ -673,25 +676,30 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @_metric_option
 @click.option("--train-counterpart", default=None, metavar="C", help="Add a detailed mismatch section for this training counterpart.")
 @click.option("--policy", "policies", multiple=True, metavar="P", help="Policies trained against --train-counterpart (default: all).")
 @click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
-@click.option("--out", default=None, type=click.Path(dir_okay=False), help="Where to write the report (default RUN/report.html).")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the report (default RUN/report.html; with several runs, required).")
 @click.option("--scale", type=click.Choice(["full", "data"]), default="full", show_default=True,
               help="Colours of rates: on 0-100% (full), or on the span of the data (tells high rates apart).")
-def report(run, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
-    """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png."""
-    from ibrl_bench.report.html import ReportOptions, write_report
-    from ibrl_bench.runs import Run
+def report(runs, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
+    """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png.
 
+    Several run folders of the same games make one report (give --out)."""
+    from ibrl_bench.report.html import ReportOptions, write_report
+    from ibrl_bench.runs import open_runs
+
+    if len(runs) > 1 and out is None:
+        raise UserError("a report of several runs needs --out FILE.html (it belongs to none of their folders)")
     # A run of 100,000 episodes takes a while: the stage in progress is shown on a terminal.
     with err_console.status("report: reading the run") as status:
-        r = Run(run)
+        r = open_runs(runs)
         if r.frame.empty:
-            raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+            raise UserError(f"{r.name} holds no finished episode yet; run crossplay first")
         options = ReportOptions(
             metric=metric,
             train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,

@@ -188,7 +188,7 @@ def _header(page: _Page) -> str:
     ]
     items = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts)
     return (f'<header class="top"><div class="inner"><h1>Cross-play report</h1>'
-            f'<div class="sub">{esc(page.run.folder)} &nbsp; {status}</div>'
+            f'<div class="sub">{esc(page.run.name)} &nbsp; {status}</div>'
             f'<div class="facts">{items}</div></div></header>')
 
 
@@ -599,7 +599,7 @@ def _quiet(stage: str) -> None:
 
 def build_report(run: Run, options: ReportOptions, progress: Callable[[str], None] = _quiet) -> str:
     """The page; `progress` hears the name of each stage as it starts (a large run takes a while)."""
-    progress(f"reading {run.folder / 'episodes.jsonl'}")
+    progress(f"reading {run.name}")
     page = _Page(run, options)
     progress(f"rankings and mismatch of {len(page.frame):,} episodes")
     frame = page.frame
@@ -630,7 +630,7 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 
     progress(f"transcripts (up to {options.max_episodes:,})")
     data, total, shown = _episode_data(page, options.max_episodes)
-    title = f"ibrl-bench report · {run.folder.name}"
+    title = f"ibrl-bench report · {run.short_name}"
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -653,7 +653,7 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 {_cells(page)}
 {_transcripts(page, total, shown)}
 {_methods(page, rank, extra)}
-<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.folder)} · open offline, nothing here loads from the network</footer>
+<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.name)} · open offline, nothing here loads from the network</footer>
 </main>
 <script type="application/json" id="episodes-data">{data}</script>
 <script>{_asset("report.js")}</script>
@@ -682,7 +682,7 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None,
     methods = "; ".join(sorted({iv.method for iv in ivs})) or "no intervals"
     sizes = sorted({iv.n_clusters for iv in ivs})
     note = (f"{page.results.confidence:.0%} intervals in brackets ({methods}); "
-            f"{'/'.join(map(str, sizes)) or 0} scenarios per cell, {page.seeds} seed(s) each. {run.folder}")
+            f"{'/'.join(map(str, sizes)) or 0} scenarios per cell, {page.seeds} seed(s) each. {run.name}")
     png = render_heatmap(out.parent / "heatmap.png", page.policies, page.columns, cells,
                          metric_label=label(metric), percent=page.percent(metric),
                          title=f"{label(metric)} by cell, {run.manifest.domain}", note=note,

@@ -213,7 +213,9 @@ def _print_results(results, out: Path) -> None:
 
 @cli.command()
 @click.argument("run", type=click.Path(file_okay=False))
-def show(run: str) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "latex"]), default="table", show_default=True,
+              help="The cell table as shown, as CSV, or as LaTeX (for a paper).")
+def show(run: str, fmt: str) -> None:
     """Print the cell table of a run (recomputed from its episodes if it did not finish)."""
     from ibrl_bench.runs import Run
 
@@ -223,6 +225,12 @@ def show(run: str) -> None:
         from ibrl_bench.runner.crossplay import planned_episodes
 
         results = _write_results(r.store, r.manifest, planned_episodes(r.manifest.identity))
+    if fmt != "table":
+        from ibrl_bench.report.export import cell_table
+
+        click.echo(cell_table(results, f"{results.domain} · {results.scenario_set.get('split')} split · {run}", fmt),
+                   nl=False)
+        return
     _print_results(results, Path(run))
 
 
@@ -448,6 +456,8 @@ _metric_option = click.option("--metric", default="success_at_1", show_default=T
 _role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
 _confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+_format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "latex"]), default="table",
+                              show_default=True, help="Print the tables as shown, as CSV, or as LaTeX (for a paper).")
 
 
 def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_cell: str | None = None):
@@ -477,10 +487,16 @@ def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_c
     return run, frame
 
 
-def _emit(result, renderable, as_json: bool) -> None:
+def _emit(result, renderable, as_json: bool, fmt: str = "table") -> None:
+    if as_json and fmt != "table":
+        raise UserError(f"--json and --format {fmt} both choose the output; give one of them")
     if as_json:
         click.echo(result.model_dump_json(indent=2) if hasattr(result, "model_dump_json")
                    else json.dumps([r.model_dump() for r in result], indent=2))
+    elif fmt != "table":
+        from ibrl_bench.report.export import render
+
+        click.echo(render(renderable, fmt), nl=False)
     else:
         console.print(renderable)
 
@@ -497,7 +513,8 @@ def _emit(result, renderable, as_json: bool) -> None:
 @click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also test equivalence (TOST): is |A - B| smaller than this margin?")
 @_json_option
-def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json) -> None:
+@_format_option
+def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json, fmt) -> None:
     """A minus B on the same games: paired by scenario, seed, role and opponent.
 
     A and B are two policies (or two counterparts) of the run, by spec or short name; several run
@@ -520,7 +537,7 @@ def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json) -> Non
     choices = r.policies if kind == "policy" else r.counterparts
     a, b = resolve(a, choices, kind), resolve(b, choices, kind)
     result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence, margin=margin)
-    _emit(result, tables.comparison(result), as_json)
+    _emit(result, tables.comparison(result), as_json, fmt)
 
 
 def _resolves(name: str, choices: list[str]) -> bool:
@@ -551,8 +568,9 @@ def _resolves(name: str, choices: list[str]) -> bool:
 @_role_option
 @_confidence_option
 @_json_option
+@_format_option
 def mismatch(runs, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
-             roles, confidence, as_json) -> None:
+             roles, confidence, as_json, fmt) -> None:
     """Static-counterpart mismatch, and method vs method.
 
     Each method's gap (score against its training counterpart minus the held-out panel, paired by
@@ -577,7 +595,7 @@ def mismatch(runs, methods, policies, train_counterpart, heldout, reference, vie
     result = mismatch_many(frame, methods=pairs, reference=ref, heldout=held, metric=metric, confidence=confidence,
                            view=view, margin=margin, include_train_in_panel=include_train_in_panel,
                            identities=identities)
-    _emit(result, tables.mismatch(result), as_json)
+    _emit(result, tables.mismatch(result), as_json, fmt)
 
 
 @cli.command()
@@ -586,7 +604,8 @@ def mismatch(runs, methods, policies, train_counterpart, heldout, reference, vie
 @_role_option
 @_confidence_option
 @_json_option
-def rank(runs, metric, roles, confidence, as_json) -> None:
+@_format_option
+def rank(runs, metric, roles, confidence, as_json, fmt) -> None:
     """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM).
 
     Several run folders of the same games are read as one run (their matrices joined)."""
@@ -595,7 +614,7 @@ def rank(runs, metric, roles, confidence, as_json) -> None:
 
     _, frame = _open_run(runs, roles, every_cell="rank")
     result = rankings(frame, metric=metric, confidence=confidence)
-    _emit(result, tables.rankings(result), as_json)
+    _emit(result, tables.rankings(result), as_json, fmt)
 
 
 @cli.command()
@@ -604,7 +623,8 @@ def rank(runs, metric, roles, confidence, as_json) -> None:
 @_role_option
 @_confidence_option
 @_json_option
-def passk(run, metric, roles, confidence, as_json) -> None:
+@_format_option
+def passk(run, metric, roles, confidence, as_json, fmt) -> None:
     """pass@k and pass^k of every cell, over the seeds of each scenario (runs with --seeds > 1)."""
     from ibrl_bench.report import tables
     from ibrl_bench.stats.passk import passk_table
@@ -613,7 +633,7 @@ def passk(run, metric, roles, confidence, as_json) -> None:
     if frame.groupby(["policy", "counterpart", "policy_role", "scenario_id"]).size().max() < 2:
         raise UserError(f"{run} has one seed per scenario; pass@k needs a run with --seeds 2 or more")
     result = passk_table(frame, metric=metric, confidence=confidence)
-    _emit(result, tables.passk(result), as_json)
+    _emit(result, tables.passk(result), as_json, fmt)
 
 
 def _int_list(ctx, param, value: str) -> list[int]:
@@ -642,8 +662,9 @@ def _int_list(ctx, param, value: str) -> list[int]:
 @click.option("--domain", default="dealnodeal", show_default=True, help="Domain whose split caps the scenarios (with --from: the run's).")
 @click.option("--split", default="test", show_default=True, help="Split whose size caps the scenarios (with --from: the run's).")
 @_json_option
+@_format_option
 def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, domain, split,
-         as_json) -> None:
+         as_json, fmt) -> None:
     """How many scenarios and seeds detect a difference of DELTA between two policies.
 
     From clustered standard errors (Miller 2024, "Adding Error Bars to Evals"): give --rate and
@@ -672,7 +693,7 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
     max_scenarios = len(get_domain(domain).scenario_set(split).scenarios)
     result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired,
                      max_scenarios=max_scenarios)
-    _emit(result, tables.plan(result), as_json)
+    _emit(result, tables.plan(result), as_json, fmt)
 
 
 @cli.command()

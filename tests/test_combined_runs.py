@@ -79,3 +79,41 @@ def test_folders_of_other_games_or_with_the_same_episode_are_refused(runs, tmp_p
     # The same folder named twice is one folder.
     code, _, err = cli("compare", runs["one"], f"{runs['one']}/", "boulware", "fair", "--json", capsys=capsys)
     assert code == 0, err
+
+
+# ------------------------------------------------------------------------- --format csv | latex
+
+def test_tables_export_as_csv_and_latex_with_the_numbers_and_notes_shown(runs, capsys):
+    import io
+
+    import pandas as pd
+
+    code, out, err = cli("compare", runs["whole"], "boulware", "tit_for_tat", "--json", capsys=capsys)
+    overall = json.loads(out)["overall"]["difference"]
+    code, out, err = cli("compare", runs["whole"], "boulware", "tit_for_tat", "--format", "csv", capsys=capsys)
+    assert code == 0, err
+    assert out.startswith("# boulware - tit_for_tat on success_at_1")
+    table = pd.read_csv(io.StringIO(out), comment="#")
+    assert len(table) == 1 + 3 * 2  # all cells, then one row per counterpart and role
+    row = table.iloc[0]
+    assert row["scope"] == "all cells"
+    assert row["boulware - tit_for_tat"] == f"{overall['estimate']:.3f} [{overall['low']:.3f}, {overall['high']:.3f}]"
+    assert "# 95% intervals; methods:" in out  # the note travels with the table
+
+    code, out, err = cli("rank", runs["whole"], "--format", "csv", capsys=capsys)
+    blocks = out.strip().split("\n\n")
+    assert code == 0 and len(blocks) == 3 and blocks[1].startswith("# Nash averaging")
+    assert set(pd.read_csv(io.StringIO(blocks[0]), comment="#")["policy"]) == {"boulware", "fair", "tit_for_tat"}
+
+    code, out, err = cli("show", runs["whole"], "--format", "latex", capsys=capsys)
+    assert code == 0, err
+    assert out.count(r"\begin{tabular}") == 1 and out.count(r"\midrule") == 1
+    body = out.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
+    assert len(body) == 3 * 3 * 2 and any(line.startswith("boulware & conceder & a & 6 &") for line in body)
+    caption = out.split(r"\caption")[1].splitlines()[0]
+    assert r"95\% intervals" in caption and "95% " not in caption  # % starts a LaTeX comment: escaped
+    code, out, err = cli("mismatch", runs["whole"], "--method", "boulware", "conceder", "--reference", "fair",
+                         "--format", "latex", capsys=capsys)
+    assert code == 0 and r"difference-in-differences" in out and r"\_" in out and "success_at_1" not in out
+    code, _, err = cli("rank", runs["whole"], "--format", "csv", "--json", capsys=capsys)
+    assert code == 2 and "give one of them" in err

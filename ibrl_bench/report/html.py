@@ -28,6 +28,7 @@ from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
 from ibrl_bench.report.heatmap import color_span
 from ibrl_bench.report.tables import short
+from ibrl_bench.report.terminal import decimals
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
 from ibrl_bench.stats.intervals import Interval
@@ -553,6 +554,8 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
         "policies": [short(p) for p in page.policies], "counterparts": [short(c) for c in page.counterparts],
         "roles": page.roles, "statuses": sorted({r.outcome.status for r in records}),
         "episodes": eps, "total": len(records),
+        # Scores shown with the decimals their scale needs (TeleSales 0-1: 0.50, not 0.5).
+        "digits": decimals((v for r in order for v in r.outcome.rewards.values()), whole=True),
     }
     payload["private"], payload["private_note"] = _private_views(page, order)
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -24,12 +27,23 @@ COLUMNS = [
 ]
 
 
-def fmt(iv: Interval | None, percent: bool, stacked: bool = False) -> str:
-    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores, `-1 [-6, 8]` when a bound is
-    negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
+def decimals(values: Iterable[float | None], whole: bool = False) -> int:
+    """Decimals that tell numbers apart on the scale of `values`: two when the largest is at most 1
+    (a TeleSales reward: 0.50 and 0.53, not 0.5 and 0.5), one up to 10 (Deal-or-NoDeal points:
+    7.4), none from 100. With `whole`, values that are all whole numbers get none (points 7, not 7.0)."""
+    xs = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    if whole and all(float(x).is_integer() for x in xs):
+        return 0
+    top = max(xs, default=0.0)
+    return 2 if top == 0 else min(4, max(0, 2 - math.ceil(math.log10(top))))
+
+
+def fmt(iv: Interval | None, percent: bool, stacked: bool = False, digits: int = 1) -> str:
+    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores (`digits` decimals), `-1 [-6, 8]`
+    when a bound is negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
     if iv is None or iv.estimate is None:
         return "n/a"
-    scale, spec = (100, ".0f") if percent else (1, ".1f")
+    scale, spec = (100, ".0f") if percent else (1, f".{digits}f")
     est = format(iv.estimate * scale, spec)
     if iv.low is None or iv.high is None:
         return est
@@ -63,6 +77,9 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
         table.add_column("err", justify="right", no_wrap=True)
     for _, heading, _ in columns:
         table.add_column(heading, justify="right", no_wrap=not stacked)
+    # A score column's precision follows its scale (TeleSales 0-1: two decimals; points 0-10: one).
+    places = {key: decimals(c.metrics[key].estimate for c in results.cells if key in c.metrics)
+              for key, _, pct in columns if not pct}
     for cell in results.cells:
         table.add_row(
             short(cell.policy, results.domain),
@@ -70,7 +87,7 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
             cell.policy_role,
             str(cell.n_scored),
             *([str(cell.n_errors) if cell.n_errors else ""] if columns_err else []),
-            *(fmt(cell.metrics.get(key), pct, stacked) for key, _, pct in columns),
+            *(fmt(cell.metrics.get(key), pct, stacked, places.get(key, 1)) for key, _, pct in columns),
         )
     return table
 
@@ -91,7 +108,8 @@ def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome,
         console.print(scrub(t.text), markup=False, highlight=False)
         if t.violation:
             console.print(f"  [red]violation: {escape(scrub(t.violation))}[/red]")
-    rewards = ", ".join(f"{r}={v:g}" for r, v in outcome.rewards.items())
+    places = decimals(outcome.rewards.values(), whole=True)
+    rewards = ", ".join(f"{r}={v:.{places}f}" for r, v in outcome.rewards.items())
     console.print(
         f"[bold]outcome[/bold]: status={outcome.status} agreement={outcome.agreement} rewards: {rewards}"
         + (f" ({escape(scrub(outcome.detail))})" if outcome.detail else "")
@@ -105,12 +123,14 @@ def episodes_table(episodes: list, domain: str, limit: int) -> Table:
                         ("scenario", False), ("seed", True), ("status", False), ("success", False),
                         ("score", True), ("cpt score", True), ("moves", True)):
         table.add_column(name, justify="right" if right else "left", overflow="fold")
-    for e in episodes[:limit]:
+    shown = episodes[:limit]
+    places = decimals((v for e in shown for v in e.outcome.rewards.values()), whole=True)
+    for e in shown:
         o = e.outcome
         other = next((r for r in e.agents if r != e.policy_role), None)
         table.add_row(e.key, short(e.policy, domain), short(e.counterpart, domain), e.policy_role, e.scenario_id,
-                      str(e.seed), o.status, "yes" if o.success else "no", f"{o.rewards.get(e.policy_role, 0):g}",
-                      f"{o.rewards.get(other, 0):g}" if other else "", str(o.turns))
+                      str(e.seed), o.status, "yes" if o.success else "no", f"{o.rewards.get(e.policy_role, 0):.{places}f}",
+                      f"{o.rewards.get(other, 0):.{places}f}" if other else "", str(o.turns))
     return table
 
 

@@ -745,7 +745,29 @@ HELDOUT_PANELS = {
 }
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class _TrainCommand(click.Command):
+    """`train METHOD --help` adds the keys of METHOD's recipe, with types and defaults."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["train_method"] = next((a for a in args if a in ("sft", "ibrl", "unilateral")), None)
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        super().format_help(ctx, formatter)
+        method = ctx.meta.get("train_method")
+        if method is None:
+            formatter.write_paragraph()
+            formatter.write_text("ibrl-bench train METHOD --help lists the recipe keys of METHOD.")
+            return
+        from ibrl_bench.train.recipes import config_class, recipe_keys
+
+        with formatter.section(f"Recipe keys of {method} (KEY: type, default)"):
+            formatter.write_dl([(key, f"{kind}; " + ("required" if default == "required" else f"default {default}"))
+                                for key, kind, default
+                                in recipe_keys(config_class(method))])
+
+
+@cli.command(cls=_TrainCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("method", type=click.Choice(["sft", "ibrl", "unilateral"]))
 @click.option("--recipe", required=True, type=click.Path(dir_okay=False), help="A recipe YAML (see training/).")
 @click.option("--quiet", is_flag=True, help="No progress bar (the log file is written all the same).")

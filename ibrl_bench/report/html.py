@@ -28,7 +28,7 @@ from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
 from ibrl_bench.report.heatmap import color_span
 from ibrl_bench.report.tables import short
-from ibrl_bench.report.terminal import decimals
+from ibrl_bench.report.terminal import decimals, number
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
 from ibrl_bench.stats.intervals import Interval
@@ -99,9 +99,9 @@ def _num(x: float | None, percent: bool, signed: bool = False) -> str:
     if x is None:
         return "n/a"
     if percent:
-        return f"{x * 100:+.0f}" if signed else f"{x * 100:.0f}"
+        return number(x * 100, "+.0f" if signed else ".0f")
     digits = 1 if abs(x) >= 10 else 2
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+    return number(x, f"+.{digits}f" if signed else f".{digits}f")
 
 
 def fmt_iv(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:

@@ -38,18 +38,25 @@ def decimals(values: Iterable[float | None], whole: bool = False) -> int:
     return 2 if top == 0 else min(4, max(0, 2 - math.ceil(math.log10(top))))
 
 
+def number(x: float, spec: str) -> str:
+    """`format(x, spec)`, with no sign on a value that rounds to zero (-0.00 would read as a loss)."""
+    text = format(x, spec)
+    return text.lstrip("+-") if float(text) == 0 else text
+
+
 def fmt(iv: Interval | None, percent: bool, stacked: bool = False, digits: int = 1) -> str:
     """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores (`digits` decimals), `-1 [-6, 8]`
     when a bound is negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
     if iv is None or iv.estimate is None:
         return "n/a"
     scale, spec = (100, ".0f") if percent else (1, f".{digits}f")
-    est = format(iv.estimate * scale, spec)
+    est = number(iv.estimate * scale, spec)
     if iv.low is None or iv.high is None:
         return est
     sep = "\n" if stacked else " "
-    join = ", " if min(iv.low, iv.high) < 0 else "-"
-    return f"{est}{sep}[{format(iv.low * scale, spec)}{join}{format(iv.high * scale, spec)}]"
+    low, high = number(iv.low * scale, spec), number(iv.high * scale, spec)
+    join = ", " if low.startswith("-") or high.startswith("-") else "-"
+    return f"{est}{sep}[{low}{join}{high}]"
 
 
 def short(spec: str, domain: str) -> str:

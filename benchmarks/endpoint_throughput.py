@@ -180,7 +180,7 @@ def client_stack(url: str, concurrency: int, calls: int, run=asyncio.run) -> dic
     from ibrl_bench.agents.remote import call
     from ibrl_bench.agents.spec import build_agent
 
-    agent = build_agent(SPEC.format(model="fake", url=url), "dealnodeal")
+    agent = build_agent(SPEC.format(model="fake", url=url), "dealnodeal").agent
     request = typical_request()
 
     async def main() -> dict:

@@ -38,7 +38,7 @@ def runner_cpu_per_move(scenarios: int) -> tuple[float, int]:
 
 def loop_cpu_per_move(scenarios: int) -> float:
     game = get_domain("dealnodeal")
-    agent = build_agent(INSTANT, "dealnodeal")
+    agent = build_agent(INSTANT, "dealnodeal").agent
     items = game.scenario_set("test", scenarios).scenarios
 
     async def main() -> int:

@@ -52,7 +52,7 @@ def measure(model: Path, batch_size: int, scenarios: int, max_new_tokens: int) -
                              concurrency=CONCURRENCY, retries=0)
     with tempfile.TemporaryDirectory() as folder:
         runner = Crossplay(config, folder)
-        agent = runner.agents[spec]
+        agent = runner.seats[spec].agent
         start, cpu_start = time.perf_counter(), time.process_time()
         progress = asyncio.run(runner.run())
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start

@@ -35,7 +35,7 @@ CONCURRENCY = 16
 
 
 def measure(agent, scenarios) -> dict:
-    other = build_agent(COUNTERPART, "dealnodeal")
+    other = build_agent(COUNTERPART, "dealnodeal").agent
     games = [(s, {"a": agent, "b": other}) for s in scenarios] + [(s, {"a": other, "b": agent}) for s in scenarios]
     limit = asyncio.Semaphore(CONCURRENCY)
 
@@ -66,8 +66,8 @@ def main() -> None:
     scenarios = GAME.scenario_set("dev", args.scenarios).scenarios
     with tempfile.TemporaryDirectory() as folder:
         model = build_tiny_model(Path(folder) / "tiny", seed=0, **SHAPE)
-        agents = {"hf": build_agent(f"hf:{model}?batch_size=16", "dealnodeal"),
-                  "vllm": build_agent(f"vllm:{model}?batch_size=16&kv_cache_gb=0.5", "dealnodeal")}
+        agents = {"hf": build_agent(f"hf:{model}?batch_size=16", "dealnodeal").agent,
+                  "vllm": build_agent(f"vllm:{model}?batch_size=16&kv_cache_gb=0.5", "dealnodeal").agent}
         for agent in agents.values():
             measure(agent, scenarios[:1])  # warm-up
         runs: dict[str, list[dict]] = {name: [] for name in agents}

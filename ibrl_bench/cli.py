@@ -6,8 +6,8 @@ import asyncio
 import json
 import logging
 import math
-import os
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,24 +27,20 @@ if not console.is_terminal:
     console = Console(width=160)  # a pipe or a log file has no width to fit; keep table rows whole
 err_console = Console(stderr=True, soft_wrap=True)  # messages stay on one line
 
-DEMO_DOMAIN = "dealnodeal"
-DEMO_POLICIES = ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat", "scripted:dealnodeal/fair"]
-DEMO_PANEL = "dealnodeal-scripted-heldout"
-# The no-argument demo of each domain and --role: (policies, panel); None is the default role.
-DEMOS = {
-    "dealnodeal": {None: (DEMO_POLICIES, DEMO_PANEL)},
-    "telesales": {
-        None: (["scripted:telesales/consultative", "scripted:telesales/discount_led",
-                "scripted:telesales/pushy_upseller", "scripted:telesales/by_the_book"], "telesales-buyers-heldout"),
-        "buyer": (["scripted:telesales/hurried", "scripted:telesales/skeptical",
-                   "scripted:telesales/friendly", "scripted:telesales/analytical"], "telesales-sellers-heldout"),
-    },
-}
-# `play` without --policy/--counterpart: a scripted pair of the domain.
-PLAY_DEFAULTS = {
-    "dealnodeal": ("scripted:dealnodeal/boulware", "scripted:dealnodeal/conceder"),
-    "telesales": ("scripted:telesales/consultative", "scripted:telesales/friendly"),
-}
+class Interrupted(Exception):
+    """Ctrl-C inside a command; the message says how to resume, where the command can."""
+
+
+@contextmanager
+def interrupt_hint(hint: str | None):
+    """Turn Ctrl-C inside the block into Interrupted(hint): each command says whether it resumes."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(hint or "") from None
+
+
+RESUME_RUN = "rerun the same command with the same --out to resume"
 
 
 class Finite(click.FloatRange):
@@ -85,6 +81,7 @@ def cli() -> None:
 @click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@interrupt_hint(RESUME_RUN)
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
               concurrency, retries, move_timeout, fail_on_error, out, quiet) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
@@ -92,38 +89,19 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
     Rerunning with the same --out resumes: only missing (or errored) episodes are played.
     """
-    from ibrl_bench.agents.panels import expand, load_panel
-    from ibrl_bench.runner.crossplay import CrossplayConfig
+    from ibrl_bench.runner.matrix import resolve_matrix
 
-    domain = domain or DEMO_DOMAIN
-    if not policies and not counterparts and not panels:
-        demos = DEMOS[domain]
-        policies, demo_panel = demos.get(roles[0] if len(roles) == 1 else None, demos[None])
-        panels = (demo_panel,)
-        err_console.print(f"[dim]demo: {len(policies)} scripted policies x panel {demo_panel}[/dim]")
-    if not policies:
-        raise UserError("no --policy given; name at least one, e.g. --policy scripted:dealnodeal/boulware")
-    policies = expand(list(policies), domain)
-    panel_names = [*panels, *(c.removeprefix("panel:") for c in counterparts if c.startswith("panel:"))]
-    members = expand([*counterparts, *(f"panel:{name}" for name in panels)], domain)
-    panel_roles = {r for name in panel_names for r in (load_panel(name).roles or ())}
-    if not roles and panel_roles and all(c.startswith("panel:") for c in counterparts):
-        # The panels' members play these roles (e.g. buyers): the policies play the others.
-        from ibrl_bench.domains import get_domain
-
-        roles = tuple(r for r in get_domain(domain).roles if r not in panel_roles)
-    if not members:
-        raise UserError("no counterpart given; use --counterpart SPEC or --panel NAME")
-    config = CrossplayConfig(
-        domain=domain, policies=policies, counterparts=members,
-        roles=list(roles) or None, split=split, scenarios=scenarios, contexts_file=contexts, seeds=seeds,
-        max_turns=max_turns, concurrency=concurrency, retries=retries, move_timeout=move_timeout,
-        fail_on_error=fail_on_error,
+    matrix = resolve_matrix(
+        domain, list(policies), list(counterparts), list(panels), list(roles), split=split, scenarios=scenarios,
+        contexts_file=contexts, seeds=seeds, max_turns=max_turns, concurrency=concurrency, retries=retries,
+        move_timeout=move_timeout, fail_on_error=fail_on_error,
     )
+    if matrix.demo:
+        err_console.print(f"[dim]{matrix.demo}[/dim]")
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
-    _run_crossplay(config, Path(out), quiet)
+    _run_crossplay(matrix.config, Path(out), quiet)
 
 
 def _run_crossplay(config, out: Path, quiet: bool) -> None:
@@ -166,21 +144,10 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
                 bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
-    results = _write_results(runner.store, runner.manifest(), runner.total())
+    results = runner.store.write_results(runner.total())
     _print_results(results, out)
     if aborted:
         raise aborted
-
-
-def _write_results(store, manifest, n_planned: int):
-    from ibrl_bench.stats.matrix import cells_table, summarize
-
-    results = summarize(
-        store.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set, n_planned=n_planned
-    )
-    store.write_text("results.json", results.model_dump_json(indent=2))
-    store.write_text("cells.csv", cells_table(results).to_csv(index=False))
-    return results
 
 
 def _print_results(results, out: Path) -> None:
@@ -224,7 +191,7 @@ def show(run: str, fmt: str) -> None:
     if results is None:  # never written, or stale: the log holds other episodes than it counts
         from ibrl_bench.runner.crossplay import planned_episodes
 
-        results = _write_results(r.store, r.manifest, planned_episodes(r.manifest.identity))
+        results = r.store.write_results(planned_episodes(r.manifest.identity))
     if fmt != "table":
         from ibrl_bench.report.export import cell_table
 
@@ -235,7 +202,7 @@ def show(run: str, fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--domain", type=click.Choice(DOMAINS), default=DEMO_DOMAIN, show_default=True)
+@click.option("--domain", type=click.Choice(DOMAINS), default="dealnodeal", show_default=True)
 @click.option("--policy", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: boulware).")
 @click.option("--counterpart", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: conceder).")
 @click.option("--role", default=None, help="Role of the policy (default: the domain's first role).")
@@ -246,49 +213,17 @@ def show(run: str, fmt: str) -> None:
 @click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take.")
 def play(domain, policy, counterpart, role, split, scenario, seed, max_turns, move_timeout) -> None:
     """Play one episode and print it turn by turn."""
-    from ibrl_bench.agents.spec import build_agent
-    from ibrl_bench.domains import get_domain
     from ibrl_bench.report.terminal import print_transcript
-    from ibrl_bench.runner.episode import play_episode
+    from ibrl_bench.runner.matrix import resolve_episode
+    from ibrl_bench.runner.play import play_one
 
-    game = get_domain(domain)
-    role = role or game.roles[0]
-    if role not in game.roles:
-        raise UserError(f"unknown role {role!r} for {domain}; use --role {' or --role '.join(game.roles)}")
-    other = game.other(role)
-    defaults = dict(zip(game.roles, PLAY_DEFAULTS[domain], strict=True))  # a scripted agent for each role
-    policy, counterpart = policy or defaults[role], counterpart or defaults[other]
-    scenarios = game.scenario_set(split).scenarios
-    if scenario.isdigit():
-        if int(scenario) >= len(scenarios):
-            raise UserError(f"--scenario {scenario} is out of range; the {split} split has {len(scenarios)}")
-        chosen = scenarios[int(scenario)]
-    else:
-        chosen = next((s for s in scenarios if s.id == scenario), None)
-        if chosen is None:
-            raise UserError(f"no scenario {scenario!r} in the {split} split; give an index or an id from it")
-    agents = {role: build_agent(policy, domain), other: build_agent(counterpart, domain)}
-    from ibrl_bench.runner.watchdog import LoopWatchdog
-
-    async def episode():
-        try:
-            async with LoopWatchdog(move_timeout):
-                return await play_episode(game, chosen, agents, seed, max_turns, move_timeout)
-        finally:
-            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
-
-    try:
-        result = asyncio.run(episode())
-    except UserError:
-        raise
-    except Exception as e:  # noqa: BLE001 - an agent's failure, told in one line
-        from ibrl_bench.runner.crossplay import _describe
-
-        raise UserError(f"the episode failed: {_describe(e, move_timeout)}; check the agents "
-                        "(crossplay retries such failures and records them as errors)") from None
+    pairing = resolve_episode(domain, policy, counterpart, role, split, scenario)
+    result = play_one(pairing, seed, max_turns, move_timeout)
+    game, chosen, role, other = pairing.game, pairing.scenario, pairing.role, pairing.other
     console.print(f"[bold]{chosen.id}[/bold]  seed={seed}")
     console.print(game.describe(chosen), markup=False, highlight=False)
-    print_transcript(console, result.state.transcript, result.outcome, {role: policy, other: counterpart})
+    print_transcript(console, result.state.transcript, result.outcome,
+                     {role: pairing.policy, other: pairing.counterpart})
 
 
 @cli.command()
@@ -397,11 +332,10 @@ def counterparts_check(name: str, domain: str | None, gate: bool, concurrency: i
     """Send one tiny request to a card's counterpart (where its key is set), or with --gate run the
     fidelity gate a model card must pass before a track may pin it."""
     import os
-    import time
 
     from ibrl_bench.agents.cards import load_card
     from ibrl_bench.agents.spec import build_agent
-    from ibrl_bench.domains import get_domain
+    from ibrl_bench.runner.play import first_move
 
     card = load_card(name)
     domain = domain or card.domains[0]
@@ -421,29 +355,7 @@ def counterparts_check(name: str, domain: str | None, gate: bool, concurrency: i
             raise UserError(f"{name} fails {line}; a track cannot pin it")
         console.print(f"{name} passes {line}", highlight=False, markup=False)
         return
-    agent = build_agent(f"card:{name}", domain)
-    game = get_domain(domain)
-    state = game.start(game.scenario_set("dev", 1).scenarios[0], seed=0)
-    obs = game.observe(state, game.to_move(state)[0])
-
-    async def once():
-        try:
-            start = time.perf_counter()
-            reply = await agent.act(obs)
-            return reply, time.perf_counter() - start
-        finally:
-            await agent.aclose()
-
-    try:
-        reply, seconds = asyncio.run(once())
-    except UserError:
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever the transport raised, told in one line
-        from ibrl_bench.agents.remote import RemoteFailure
-        from ibrl_bench.runner.crossplay import _describe
-
-        hint = "" if isinstance(e, RemoteFailure) else "; check the server and the card's base_url, model and key_env"
-        raise UserError(f"{name} did not answer: {_describe(e, None)}{hint}") from None
+    reply, seconds = first_move(build_agent(f"card:{name}", domain), domain)
     usage = reply.usage.model_dump() if reply.usage else {}
     console.print(f"{name}: answered in {seconds:.2f} s, usage {usage}", highlight=False)
     console.print(f"reply: {scrub(reply.text[:300])}", markup=False, highlight=False)
@@ -736,15 +648,6 @@ def report(runs, metric, train_counterpart, policies, reference, max_episodes, o
         err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
-# The held-out panel a trained checkpoint is tried against, per (domain, role it plays).
-HELDOUT_PANELS = {
-    ("dealnodeal", "a"): "dealnodeal-scripted-heldout",
-    ("dealnodeal", "b"): "dealnodeal-scripted-heldout",
-    ("telesales", "seller"): "telesales-buyers-heldout",
-    ("telesales", "buyer"): "telesales-sellers-heldout",
-}
-
-
 class _TrainCommand(click.Command):
     """`train METHOD --help` adds the keys of METHOD's recipe, with types and defaults."""
 
@@ -780,77 +683,31 @@ def train(method, recipe, quiet, overrides) -> None:
     Writes checkpoints, train_log.jsonl and the resolved recipe.yaml under the recipe's `out`.
     Under `accelerate launch` every process trains; only the first writes the log and prints.
     """
-    import yaml
+    from ibrl_bench.train.launch import Launch, try_commands
+    from ibrl_bench.train.recipes import load_recipe, trainer
 
-    from ibrl_bench.train import resume
-    from ibrl_bench.train.recipes import RECIPE_VERSION, load_recipe, trainer
-    from ibrl_bench.train.steplog import StepLog
+    with interrupt_hint("rerun the same command to resume from the last saved step (save_every)"
+                        if method in ("ibrl", "unilateral") else None):
+        module, config_class = trainer(method)
+        config = load_recipe(recipe, config_class, list(overrides), method=method)
+        from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
 
-    module, config_class = trainer(method)
-    config = load_recipe(recipe, config_class, list(overrides), method=method)
-    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
-
-    hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
-    out = Path(config.out)
-    main_process = _main_process()
-    done = resume.saved_step(config) if method != "sft" else 0  # refuses another recipe's state, before any write
-    recipe_path = out / "recipe.yaml"
-    # What a refusal inside the trainer (a bad role, a run folder of another domain) puts back.
-    created = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)
-    earlier_recipe = (recipe_path.read_bytes(), recipe_path.stat()) if recipe_path.is_file() else None
-    if main_process:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            resolved = {"version": RECIPE_VERSION, "method": method, **config.model_dump(mode="json")}
-            from ibrl_bench.domains import get_domain
-
-            # The wording behind the prompt's name, as run manifests record it (a comment: the file stays a recipe).
-            role_prompt = get_domain(config.domain).role_prompt(config.prompt)
-            recipe_path.write_text(f"# role prompt {role_prompt.name}: {role_prompt.id}\n"
-                                   + yaml.safe_dump(resolved, sort_keys=False))
-        except OSError as e:
-            raise UserError(f"cannot write the training output folder {out}: {e.strerror}; set out= to a "
-                            "folder you can write to") from None
-    if done and main_process:
-        err_console.print(f"resuming {out} after step {done} of {config.steps} (its resume/state.pt)", highlight=False)
-    step_log = (StepLog(out, config.steps, method, quiet=quiet, console=err_console, resume_after=done)
-                if main_process else _NoLog())
-    try:
-        with step_log as log:
-            result = module.run(config, log)
-    except UserError:
-        if main_process and step_log.undo():
-            _put_back(recipe_path, earlier_recipe, created)
-        raise
-    if not main_process:
+        hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
+        launch = Launch(method, config)
+        if launch.resumed_after and launch.main_process:
+            err_console.print(f"resuming {launch.out} after step {launch.resumed_after} of {config.steps} "
+                              "(its resume/state.pt)", highlight=False)
+        specs = launch.run(module, quiet, err_console)
+    if not launch.main_process:
         return
-    specs = {"policy": result} if isinstance(result, str) else dict(result)
+    out = launch.out
     console.print(f"trained: {method} from {recipe}; log {out / 'train_log.jsonl'}, "
                   f"resolved recipe {out / 'recipe.yaml'}", highlight=False, soft_wrap=True)
     for role, spec in specs.items():
         console.print(f"  {role}: {spec}", highlight=False, soft_wrap=True)
     console.print("try it in cross-play against the held-out panel:", highlight=False)
-    for line in _try_commands(config.domain, method, specs, config.max_new_tokens):
+    for line in try_commands(config.domain, method, specs, config.max_new_tokens):
         console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
-
-
-def _put_back(recipe_path: Path, earlier: tuple[bytes, os.stat_result] | None, created: Path | None) -> None:
-    """Undo the writes of a training refused before its first step: the recipe.yaml it replaced
-    (bytes and times), and the folders it created (when they hold nothing else)."""
-    if earlier is not None:
-        recipe_path.write_bytes(earlier[0])
-        os.utime(recipe_path, ns=(earlier[1].st_atime_ns, earlier[1].st_mtime_ns))
-    else:
-        recipe_path.unlink(missing_ok=True)
-    if created is None:
-        return
-    for folder in [recipe_path.parent, *recipe_path.parent.parents]:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        if folder == created:
-            return
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -882,49 +739,6 @@ def miniature(recipe, overrides) -> None:
         sys.exit(3)
 
 
-def _main_process() -> bool:
-    """False in the processes after the first under `accelerate launch` (or torchrun), which set RANK."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-class _NoLog:
-    """The log of a process other than the first under accelerate: the first one writes."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def log(self, step: int, **metrics) -> None:
-        return None
-
-
-def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_tokens: int) -> list[str]:
-    """`ibrl-bench crossplay` commands that play each checkpoint against the held-out panel, with
-    the message length it was trained to (the hf: default is 64 tokens)."""
-    import shlex
-
-    from ibrl_bench.domains import get_domain
-
-    roles = get_domain(domain).roles
-    lines = []
-    for who, spec in specs.items():
-        spec += f"{'&' if '?' in spec else '?'}max_new_tokens={max_new_tokens}"
-        # A role's checkpoint plays that role; one policy for all roles (SFT) plays each of them,
-        # in one command where every role meets the same panel (Deal-or-NoDeal).
-        played = [who] if who in roles else list(roles)
-        panels = {HELDOUT_PANELS[(domain, role)] for role in played}
-        seats = [(None, panels.pop())] if len(panels) == 1 and len(played) > 1 else \
-            [(role, HELDOUT_PANELS[(domain, role)]) for role in played]
-        for role, panel in seats:
-            role_flag = f" --role {role}" if role else ""
-            lines.append(f"ibrl-bench crossplay --domain {domain} --policy {shlex.quote(spec)}{role_flag} "
-                         f"--panel {panel} --scenarios 20 --out runs/{domain}-{method}-{who}"
-                         + (f"-{role}" if role and role != who else ""))
-    return lines
-
-
 # ---------------------------------------------------------------- leaderboards
 
 @cli.command()
@@ -942,6 +756,7 @@ def _try_commands(domain: str, method: str, specs: dict[str, str], max_new_token
 @click.option("--bundle", type=click.Path(file_okay=False), default=None,
               help="Bundle folder to write (default leaderboards/DOMAIN/TRACK/submissions/NAME-TIME).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@interrupt_hint(RESUME_RUN)
 def submit(track_ref, policy, name, org, train_counterpart, concurrency, move_timeout, out, bundle, quiet) -> None:
     """Run a track's suite for a policy and write a submission bundle.
 
@@ -1063,18 +878,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as e:
         err_console.print(f"error: {_one_line(scrub(e.format_message()))}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
-    except click.Abort:
-        err_console.print("interrupted")
-        sys.exit(130)
-    except KeyboardInterrupt:
+    except Interrupted as e:
         # Only what keeps its progress on disk resumes: run folders, and RL trainings (resume.py).
-        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
-        if words[:1] in (["crossplay"], ["submit"]):
-            err_console.print("interrupted; rerun the same command with the same --out to resume")
-        elif words[:2] in (["train", "ibrl"], ["train", "unilateral"]):
-            err_console.print("interrupted; rerun the same command to resume from the last saved step (save_every)")
-        else:
-            err_console.print("interrupted")
+        err_console.print(f"interrupted; {e}" if str(e) else "interrupted", highlight=False)
+        sys.exit(130)
+    except (click.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
         sys.exit(130)
     except UserError as e:
         err_console.print(f"error: {_one_line(scrub(str(e)))}", markup=False, highlight=False, soft_wrap=True)

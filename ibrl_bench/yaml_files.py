@@ -1,4 +1,5 @@
 """Versioned YAML data (cards, panels, tracks, recipes) read into their schema, with one-line errors.
+Every YAML file the harness reads goes through here.
 
 Every such file is read with limits before anything walks it: its size, the depth of its nesting,
 and the number of nodes it expands to once aliases are followed. PyYAML shares an aliased node
@@ -87,6 +88,17 @@ def read_yaml_file(path: Path, what: str) -> Any:
     except OSError as e:
         raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
     return load_yaml_text(text, str(path))
+
+
+def read_yaml_mapping(path: Path, what: str, where: str) -> dict[str, Any]:
+    """The YAML mapping in `path` (within the limits), for data read key by key before validation
+    (a recipe, whose keys overrides change); `where` says where such files are found."""
+    if not path.exists():
+        raise UserError(f"{what} {path} not found; {where}")
+    data = read_yaml_file(path, what)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a {what} is a YAML mapping of keys to values, not {type(data).__name__}")
+    return data
 
 
 def read_yaml(path: Path, model: type[M], what: str, docs: str) -> M:

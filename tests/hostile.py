@@ -89,7 +89,7 @@ class FailButFirstHangs(Agent):
 
     def __init__(self, hang_on: str = ""):
         self.hang_on = hang_on
-        self.inner = build_agent("scripted:dealnodeal/fair", "dealnodeal")
+        self.inner = build_agent("scripted:dealnodeal/fair", "dealnodeal").agent
 
     async def act(self, obs):
         if obs.scenario_id == self.hang_on:

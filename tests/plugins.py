@@ -15,7 +15,7 @@ class Slow(Agent):
     """A scripted negotiator that waits before each move, so a run can be killed mid-flight."""
 
     def __init__(self, name: str = "boulware", delay: float = 0.01):
-        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal").agent
         self.delay = delay
 
     async def act(self, obs):
@@ -30,7 +30,7 @@ class Flaky(Agent):
     failures: Counter = Counter()
 
     def __init__(self, fail: int = 1, name: str = "conceder", tag: str = ""):
-        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal").agent
         self.fail = fail
         self.tag = tag
 
@@ -91,7 +91,7 @@ class Spy(Agent):
     seen: list = []
 
     def __init__(self, name: str = "fair"):
-        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal").agent
 
     async def act(self, obs):
         Spy.seen.append(obs)
@@ -102,7 +102,7 @@ class HangInSelect(Agent):
     """Talks normally, then never states its split: the other side's move must be cancelled too."""
 
     def __init__(self):
-        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent
 
     async def act(self, obs):
         if obs.phase == "select":
@@ -112,7 +112,7 @@ class HangInSelect(Agent):
 
 class FailInSelect(Agent):
     def __init__(self):
-        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+        self.inner = build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent
 
     async def act(self, obs):
         if obs.phase == "select":

@@ -152,7 +152,7 @@ class QueuedScripted(Agent):
 
     def __init__(self, batcher: Batcher, name: str):
         self.batcher = batcher
-        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal")
+        self.inner = build_agent(f"scripted:dealnodeal/{name}", "dealnodeal").agent
 
     async def act(self, obs):
         await self.batcher.submit(0)

@@ -49,12 +49,12 @@ def test_every_shipped_card_and_panel_validates():
         card = load_card(name)
         assert card.key_env is None or card.key_env.isupper()
         assert card.spec().startswith(card.backend + ":")
-        if card.backend == "hf":  # its parameters are ones the backend takes (without loading weights)
-            from ibrl_bench.agents.generation import parse_params
-            from ibrl_bench.agents.hf_local import HFParams
+        if card.backend in ("hf", "vllm"):  # parameters the backend takes (checked without torch or weights)
+            from ibrl_bench.agents.params import HFParams, VLLMParams, parse_params
             from ibrl_bench.agents.spec import parse_spec
 
-            parse_params(parse_spec(card.spec()), HFParams)
+            spec = parse_spec(card.spec())
+            parse_params(HFParams if card.backend == "hf" else VLLMParams, spec.params, spec.text)
     for panel in (SHIPPED / "panels").glob("*.yaml"):
         for spec in load_panel(panel.stem).members:
             if spec.startswith("card:"):
@@ -65,8 +65,9 @@ def test_card_spec_names_the_key_variable_never_the_key(monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-secret-value-123456")
     spec = load_card("deepseek-v4-pro").spec()
     assert "key_env=DEEPSEEK_API_KEY" in spec and "sk-secret" not in spec
-    agent = build_agent("card:deepseek-v4-pro", "dealnodeal")
-    assert agent.card.id == "deepseek-v4-pro" and agent.spec == "card:deepseek-v4-pro"
+    seat = build_agent("card:deepseek-v4-pro", "dealnodeal")
+    assert seat.card.id == "deepseek-v4-pro" and seat.spec == "card:deepseek-v4-pro"
+    assert not hasattr(seat.agent, "card")  # the card is the seat's, not attached to the agent
 
 
 @pytest.mark.parametrize(

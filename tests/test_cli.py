@@ -162,14 +162,19 @@ def test_broken_infrastructure_stops_the_run_with_exit_code_and_keeps_results(tm
 
 
 @pytest.mark.parametrize("argv, resumable", [(["crossplay", "--quiet"], True), (["train", "sft", "--recipe", "r.yaml"], False),
-                                             (["train", "ibrl", "--recipe", "r.yaml"], True)])
+                                             (["train", "ibrl", "--recipe", "r.yaml"], True),
+                                             (["play"], False)])
 def test_ctrl_c_promises_a_resume_only_where_a_run_folder_resumes(argv, resumable, monkeypatch, capsys):
     from ibrl_bench import cli as cli_module
+    from ibrl_bench.runner import matrix
+    from ibrl_bench.train import recipes
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_module.cli, "main", interrupted)
+    # Ctrl-C arrives inside the command, where each command says whether it resumes.
+    for module, name in [(matrix, "resolve_matrix"), (matrix, "resolve_episode"), (recipes, "trainer")]:
+        monkeypatch.setattr(module, name, interrupted)
     with pytest.raises(SystemExit) as exit_info:
         cli_module.main(argv)
     assert exit_info.value.code == 130

@@ -16,8 +16,8 @@ SCENARIO = GAME.scenario_set("dev", 1).scenarios[0]
 
 
 def test_an_episode_runs_to_an_outcome_with_usage_per_role():
-    agents = {"a": build_agent("scripted:dealnodeal/fair", "dealnodeal"),
-              "b": build_agent("scripted:dealnodeal/conceder", "dealnodeal")}
+    agents = {"a": build_agent("scripted:dealnodeal/fair", "dealnodeal").agent,
+              "b": build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent}
     result = asyncio.run(play_episode(GAME, SCENARIO, agents, seed=3))
     assert result.state.over and result.outcome.status in ("ok", "max_turns")
     public = [t for t in result.state.transcript if t.public]
@@ -38,7 +38,7 @@ def test_a_failing_simultaneous_move_cancels_the_other_one():
 
 def test_a_move_past_the_timeout_raises_timeout():
     async def main():
-        agents = {"a": HangInSelect(), "b": build_agent("scripted:dealnodeal/fair", "dealnodeal")}
+        agents = {"a": HangInSelect(), "b": build_agent("scripted:dealnodeal/fair", "dealnodeal").agent}
         await play_episode(GAME, SCENARIO, agents, seed=0, move_timeout=0.05)
 
     with pytest.raises(asyncio.TimeoutError):

@@ -474,10 +474,11 @@ def test_the_watchdog_names_the_agent_holding_the_loop_within_the_timeout_and_sl
 
     from ibrl_bench.agents.spec import build_agent
     from ibrl_bench.domains import get_domain
+    from ibrl_bench.runner.episode import _act
     from ibrl_bench.runner.watchdog import LoopWatchdog
 
     monkeypatch.syspath_prepend(str(TESTS))
-    agent = build_agent("python:hostile:Blocking?seconds=1.5", "dealnodeal")
+    seat = build_agent("python:hostile:Blocking?seconds=1.5", "dealnodeal")
     game = get_domain("dealnodeal")
     obs = game.observe(game.start(game.scenario_set("test", 1).scenarios[0], 0), "a")
     said: list[tuple[float, str]] = []
@@ -485,7 +486,7 @@ def test_the_watchdog_names_the_agent_holding_the_loop_within_the_timeout_and_sl
     async def move():
         started = time.monotonic()
         async with LoopWatchdog(0.2, on_block=lambda m: said.append((time.monotonic() - started, m)), slack=0.3):
-            await agent.act(obs)
+            await _act(seat.agent, obs, seat.spec)  # as the dialogue loop calls it, naming the seat
 
     asyncio.run(move())
     (when, message), = said

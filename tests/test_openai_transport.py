@@ -83,7 +83,7 @@ def scripted(*answers: bytes | str):
 def act(url: str, extra: str = ""):
     game = get_domain("dealnodeal")
     state = game.start(game.scenario_set("dev", 1).scenarios[0], 0)
-    agent = build_agent(f"openai:m@{url}?key_env=none&timeout=1&backoff=0.01&max_backoff=0.02{extra}", "dealnodeal")
+    agent = build_agent(f"openai:m@{url}?key_env=none&timeout=1&backoff=0.01&max_backoff=0.02{extra}", "dealnodeal").agent
 
     async def once():
         try:

@@ -100,7 +100,7 @@ def test_retry_after_is_honoured(tmp_path):
     obs = game.observe(state, game.to_move(state)[0])
     app = make_app(Faults(first_429=2, retry_after_s=0.25))
     with serve(app) as url:
-        agent = build_agent(remote(url), "dealnodeal")
+        agent = build_agent(remote(url), "dealnodeal").agent
         start = time.perf_counter()
         reply = asyncio.run(agent.act(obs))
         elapsed = time.perf_counter() - start
@@ -188,9 +188,7 @@ def test_a_key_echoed_by_the_endpoint_never_reaches_the_run_folder(tmp_path, mon
     assert progress.done == 4
     texts = [t.text for r in runner.store.records() for t in r.transcript if t.role == r.policy_role]
     assert any("(key ***)" in t for t in texts), "the echo reached the transcript, masked"
-    from ibrl_bench.cli import _write_results
-
-    _write_results(runner.store, runner.manifest(), runner.total())
+    runner.store.write_results(runner.total())
     files = list((tmp_path / "x").iterdir())
     assert {"episodes.jsonl", "manifest.json", "results.json"} <= {p.name for p in files}
     assert all(sentinel not in p.read_text() for p in files)
@@ -257,9 +255,9 @@ def test_a_litellm_model_without_a_key_is_not_said_to_have_its_key_rejected(monk
     game = get_domain("dealnodeal")
     obs = game.observe(game.start(game.scenario_set("test", 1).scenarios[0], 0), "a")
     with serve(make_app(Faults(required_key="the-right-key-0000"))) as url:
-        without = build_agent(f"litellm:openai/m@{url}?max_attempts=1", "dealnodeal")
+        without = build_agent(f"litellm:openai/m@{url}?max_attempts=1", "dealnodeal").agent
         monkeypatch.setenv("IBRL_TEST_LITELLM_KEY", "also-wrong-key-0000")
-        named = build_agent(f"litellm:openai/m@{url}?max_attempts=1&key_env=IBRL_TEST_LITELLM_KEY", "dealnodeal")
+        named = build_agent(f"litellm:openai/m@{url}?max_attempts=1&key_env=IBRL_TEST_LITELLM_KEY", "dealnodeal").agent
         with pytest.raises(FatalAgentError) as e:
             asyncio.run(without.act(obs))
         assert "rejected the key" not in str(e.value) and "no key_env is named" in str(e.value)

@@ -248,9 +248,10 @@ def test_no_proposal_on_the_table_states_the_ideal():
 @pytest.mark.parametrize("name", NAMES)
 def test_terse_negotiators_make_the_same_moves_in_tags_alone(name):
     counterpart = NEGOTIATORS["boulware" if name != "boulware" else "fair"]
+    terse_params = counterpart.params_model(terse=True)
     for scenario in SCENARIOS[:10]:
         plain = play({"a": build_scripted("dealnodeal", name, {}), "b": counterpart()}, scenario, 3)
-        terse = play({"a": build_scripted("dealnodeal", name, {"terse": True}), "b": counterpart(terse=True)},
+        terse = play({"a": build_scripted("dealnodeal", name, {"terse": True}), "b": counterpart(terse_params)},
                      scenario, 3)
         assert terse[1] == plain[1]  # the same outcome, turn for turn
         counts = tuple(scenario.data["counts"])
@@ -261,5 +262,5 @@ def test_terse_negotiators_make_the_same_moves_in_tags_alone(name):
                 assert short.startswith("<propose>") and short.endswith("</propose>")
             elif has_selection(short):
                 assert short == "<selection>"
-    with pytest.raises(UserError, match="terse must be true or false"):
+    with pytest.raises(UserError, match=r"bad parameter terse='yes' .*valid boolean"):
         build_scripted("dealnodeal", name, {"terse": "yes"})

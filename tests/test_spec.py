@@ -37,10 +37,11 @@ def test_scripted_spec_with_or_without_domain_and_wrong_domain():
 
 
 def test_plugin_agents_play_through_the_same_loop():
-    spy = build_agent("python:plugins:Spy?name=hardliner", "dealnodeal")
-    assert spy.spec == "python:plugins:Spy?name=hardliner"
+    seat = build_agent("python:plugins:Spy?name=hardliner", "dealnodeal")
+    assert seat.spec == "python:plugins:Spy?name=hardliner" and seat.card is None
+    spy = seat.agent
     game = get_domain("dealnodeal")
-    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent
     result = asyncio.run(play_episode(game, game.scenario_set("dev", 1).scenarios[0], {"a": spy, "b": other}, 0))
     assert result.outcome.status in ("ok", "max_turns")
 

@@ -137,7 +137,7 @@ def test_rollouts_are_deterministic_given_the_seed(setup):
 
 def test_a_role_that_must_be_trained_but_does_not_trace_is_an_error(setup):
     _, _, agents = setup
-    mixed = {"a": agents["a"], "b": build_agent("scripted:dealnodeal/boulware", "dealnodeal")}
+    mixed = {"a": agents["a"], "b": build_agent("scripted:dealnodeal/boulware", "dealnodeal").agent}
     groups = collect(GAME, list(SCENARIOS[:1]), mixed, 2, 0, 1, traced=["a"], max_turns=4)
     assert set(groups[0].rollouts[0].samples) == {"a"}  # the fixed counterpart yields no samples
     with pytest.raises(RuntimeError, match="role b did not trace"):

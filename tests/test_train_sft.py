@@ -229,8 +229,8 @@ def test_sft_with_lora_saves_an_adapter_that_an_hf_spec_plays(runs, tiny, tmp_pa
     assert spec == f"hf:{tiny.resolve()}?adapter={adapter}"
     assert (adapter / "adapter_config.json").is_file() and not (adapter / "model.safetensors").exists()
     domain = get_domain("dealnodeal")
-    agents = {"a": build_agent(f"{spec}&max_new_tokens=8&device=cpu", "dealnodeal"),
-              "b": build_agent("scripted:dealnodeal/conceder", "dealnodeal")}
+    agents = {"a": build_agent(f"{spec}&max_new_tokens=8&device=cpu", "dealnodeal").agent,
+              "b": build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent}
     scenario = domain.scenario_set("test", 1).scenarios[0]
     result = asyncio.run(play_episode(domain, scenario, agents, seed=0, max_turns=2))
     assert result.replies["a"] and result.outcome.status in ("ok", "invalid", "max_turns")

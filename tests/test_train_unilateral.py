@@ -56,8 +56,8 @@ def test_training_against_a_frozen_checkpoint_leaves_it_frozen_and_logs_only_the
         assert r["tokens_per_s"] > 0 and r["kl"]["seller"] >= 0
     # The checkpoint is an hf: policy that plays the domain against anyone.
     game = get_domain("telesales")
-    agents = {"seller": build_agent(specs["seller"] + "?max_new_tokens=8", "telesales"),
-              "buyer": build_agent("scripted:telesales/friendly", "telesales")}
+    agents = {"seller": build_agent(specs["seller"] + "?max_new_tokens=8", "telesales").agent,
+              "buyer": build_agent("scripted:telesales/friendly", "telesales").agent}
     result = asyncio.run(play_episode(game, game.scenario_set("test", 1).scenarios[0], agents, seed=0, max_turns=4))
     assert result.outcome.status in ("ok", "invalid", "max_turns") and result.replies["seller"]
 

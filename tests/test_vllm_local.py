@@ -101,7 +101,7 @@ def stand_in_vllm(monkeypatch, tiny):
 
 
 def play(agent, seeds=(0, 1)):
-    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal")
+    other = build_agent("scripted:dealnodeal/conceder", "dealnodeal").agent
     scenarios = GAME.scenario_set("dev", 3).scenarios
 
     async def main():
@@ -116,7 +116,7 @@ def play(agent, seeds=(0, 1)):
 
 def test_the_vllm_agent_batches_seeds_and_counts_like_hf(stand_in_vllm):
     folder, engines = stand_in_vllm
-    agent = build_agent(f"vllm:{folder}?temperature=0.7&top_p=0.9&max_new_tokens=20&window_ms=50", "dealnodeal")
+    agent = build_agent(f"vllm:{folder}?temperature=0.7&top_p=0.9&max_new_tokens=20&window_ms=50", "dealnodeal").agent
     (engine,) = engines
     assert engine.model == str(folder) and "enable_lora" not in engine.kwargs
     assert engine.kwargs["skip_tokenizer_init"] is True and engine.kwargs["logprobs_mode"] == "processed_logprobs"
@@ -145,7 +145,7 @@ def test_greedy_vllm_requests_carry_no_seed_and_an_adapter_is_a_lora_request(sta
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
-    agent = build_agent(f"vllm:{folder}?adapter={adapter}", "dealnodeal")
+    agent = build_agent(f"vllm:{folder}?adapter={adapter}", "dealnodeal").agent
     play(agent, seeds=(0,))
     (engine,) = engines
     assert engine.kwargs["enable_lora"] is True and engine.kwargs["max_loras"] == 1
@@ -250,7 +250,7 @@ def test_greedy_vllm_plays_the_games_hf_plays(model, request, tmp_path):
             assert r.outcome.status in ("ok", "invalid", "max_turns")
             assert r.usage[r.policy_role].prompt_tokens > 250 and r.usage[r.policy_role].completion_tokens > 0
         if kind == "vllm":
-            stats = runner.agents[spec].batcher.stats
+            stats = runner.seats[spec].agent.batcher.stats
             assert stats.batches < stats.requests, "concurrent episodes share generate calls"
         transcripts[kind] = [(r.policy_role, [(t.role, t.text) for t in r.transcript]) for r in records]
     if model == "smollm2":  # a real model writes words, so equal transcripts say something
@@ -288,7 +288,7 @@ def hf_scores(model, results, temperature, top_p=1.0):
     temperature, then top-p (the distribution `hf:` samples from), per completion token."""
     import torch
 
-    from ibrl_bench.agents.generation import GenerationParams
+    from ibrl_bench.agents.params import GenerationParams
     from ibrl_bench.agents.hf_local import sampled_logprobs
 
     params = GenerationParams(temperature=temperature, top_p=top_p)
@@ -374,7 +374,7 @@ def test_a_vllm_spec_with_an_adapter_plays(vtiny, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(vtiny)
     get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                     init_lora_weights=False)).save_pretrained(tmp_path / "adapter")
-    agent = build_agent(f"vllm:{vtiny}?adapter={tmp_path / 'adapter'}&max_new_tokens=16&max_lora_rank=8&kv_cache_gb=0.25", "dealnodeal")
+    agent = build_agent(f"vllm:{vtiny}?adapter={tmp_path / 'adapter'}&max_new_tokens=16&max_lora_rank=8&kv_cache_gb=0.25", "dealnodeal").agent
     results = play(agent, seeds=(0,))
     assert all(r.outcome.status in ("ok", "invalid", "max_turns") for r in results)
 

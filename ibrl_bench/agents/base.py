@@ -45,8 +45,6 @@ class Reply(BaseModel):
 class Agent(ABC):
     """Produces the next message of one role. Implementations must be safe to call concurrently."""
 
-    spec: str = ""
-
     @abstractmethod
     async def act(self, obs: Observation) -> Reply: ...
 

@@ -15,9 +15,8 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.panels import counterparts_dir
-from ibrl_bench.agents.spec import AgentSpec, build_agent
+from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import content_hash
 from ibrl_bench.errors import UserError
@@ -104,11 +103,10 @@ def check_card_for(card: Card, domain: str) -> None:
         )
 
 
-def from_spec(spec: AgentSpec, domain: str) -> Agent:
+def card_for(spec: AgentSpec, domain: str) -> Card:
+    """The card a `card:NAME` spec names, checked for `domain`."""
     if spec.params:
         raise UserError(f"{spec.text}: a card pins its parameters; edit the card (and its version) instead")
     card = load_card(spec.target)
     check_card_for(card, domain)
-    agent = build_agent(card.spec(), domain)
-    agent.card = card  # type: ignore[attr-defined]  (read by the runner for the manifest)
-    return agent
+    return card

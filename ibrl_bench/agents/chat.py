@@ -1,4 +1,5 @@
-"""Pieces shared by the chat-model backends: generation parameters, spec parameters, replies."""
+"""Pieces shared by the chat-API backends (`openai:`, `litellm:`): the key, the request, the reply.
+Their spec parameters are `params.ChatParams`."""
 
 from __future__ import annotations
 
@@ -6,54 +7,12 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from ibrl_bench.agents.base import Agent, Reply, Usage
+from ibrl_bench.agents.params import ChatSampling, Pricing
 from ibrl_bench.agents.remote import EmptyReply, RemoteSettings, call
 from ibrl_bench.domains.base import Domain, Observation
 from ibrl_bench.errors import UserError
 from ibrl_bench.secrets import key_from_env
-
-
-class Generation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float = Field(0.7, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(256, ge=1)
-    send_seed: bool = False  # pass the episode seed to endpoints that honour `seed`
-
-
-class Pricing(BaseModel):
-    input_per_mtok: float = 0.0  # USD per million prompt tokens
-    output_per_mtok: float = 0.0
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
-
-
-def split_params(spec_text: str, params: dict[str, Any], extra: set[str]) -> tuple[Generation, RemoteSettings, Pricing, dict[str, Any]]:
-    """Sort a spec's parameters into generation, transport, pricing, and backend-specific ones."""
-    groups: dict[str, dict[str, Any]] = {"gen": {}, "remote": {}, "price": {}, "extra": {}}
-    pricing_names = {"price_in": "input_per_mtok", "price_out": "output_per_mtok"}
-    for key, value in params.items():
-        if key in Generation.model_fields:
-            groups["gen"][key] = value
-        elif key in RemoteSettings.model_fields:
-            groups["remote"][key] = value
-        elif key in pricing_names:
-            groups["price"][pricing_names[key]] = value
-        elif key in extra:
-            groups["extra"][key] = value
-        else:
-            known = sorted([*Generation.model_fields, *RemoteSettings.model_fields, *pricing_names, *extra])
-            raise UserError(f"unknown parameter {key!r} in {spec_text}; known: {', '.join(known)}")
-    try:
-        return (Generation(**groups["gen"]), RemoteSettings(**groups["remote"]),
-                Pricing(**groups["price"]), groups["extra"])
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise UserError(f"bad parameter {err['loc'][0]} in {spec_text}: {err['msg']}") from None
 
 
 def resolve_key(key_env: str | None, spec_text: str) -> str:
@@ -91,7 +50,7 @@ class RemoteChat(Agent):
     """A chat model behind a remote API. Subclasses say how to send one request and read its
     cost; the request, the retries and the handling of empty replies are the same for all."""
 
-    def __init__(self, model: str, endpoint: str, domain: Domain, gen: Generation, settings: RemoteSettings,
+    def __init__(self, model: str, endpoint: str, domain: Domain, gen: ChatSampling, settings: RemoteSettings,
                  pricing: Pricing, send_observation: bool = False):
         self.model, self.endpoint, self.domain = model, endpoint, domain
         self.gen, self.settings, self.pricing = gen, settings, pricing

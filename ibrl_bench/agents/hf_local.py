@@ -53,7 +53,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import ibrl_bench.models  # noqa: F401  (before torch: it sets the OpenMP wait policy)
 from ibrl_bench.errors import UserError
@@ -73,17 +73,8 @@ except ModuleNotFoundError as e:  # the [hf] extra is not installed
 
 from ibrl_bench.agents.base import Trace
 from ibrl_bench.agents.batching import Batcher
-from ibrl_bench.agents.generation import (
-    BatchedAgent,
-    DeviceParams,
-    GenerationParams,
-    GenRequest,
-    GenResult,
-    parse_params,
-    require_prompts,
-)
-from pydantic import Field
-
+from ibrl_bench.agents.generation import BatchedAgent, GenRequest, GenResult, require_prompts
+from ibrl_bench.agents.params import GenerationParams, HFParams, parse_params
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.models.chat import prompt_ids
@@ -95,14 +86,8 @@ from ibrl_bench.models.loading import load_model, resolve_source
 CACHE_FIELD = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
-class HFParams(GenerationParams, DeviceParams):
-    gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
-    prefix_cache: int = Field(32, ge=0)  # dialogues whose keys and values are kept; 0: none
-
-
 def from_spec(spec: AgentSpec, domain: str) -> HFAgent:
-    params = parse_params(spec, HFParams)
+    params = parse_params(HFParams, spec.params, spec.text)
     game = require_prompts(domain, params.prompt)
     source = resolve_source(spec.target, params.gguf_file)
     hf_logging.disable_progress_bar()  # loading bars would tear through the run's own progress bar

@@ -13,14 +13,14 @@ import os
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Completion, Generation, Pricing, RemoteChat, resolve_key, split_params
+from ibrl_bench.agents.chat import Completion, RemoteChat, resolve_key
+from ibrl_bench.agents.params import ChatParams, ChatSampling, Pricing, parse_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
 
-EXTRA = {"key_env", "observation"}
 
 
 def _litellm():
@@ -34,7 +34,7 @@ def _litellm():
 
 
 class LiteLLMChat(RemoteChat):
-    def __init__(self, model: str, base_url: str | None, key: str | None, domain: Domain, gen: Generation,
+    def __init__(self, model: str, base_url: str | None, key: str | None, domain: Domain, gen: ChatSampling,
                  settings: RemoteSettings, pricing: Pricing, send_observation: bool = False):
         # The limit is per server, or per provider when litellm picks the URL itself.
         super().__init__(model, base_url or model.split("/", 1)[0], domain, gen, settings, pricing, send_observation)
@@ -77,8 +77,8 @@ def from_spec(spec: AgentSpec, domain: str) -> Agent:
     model, sep, url = spec.target.partition("@")
     if "/" not in model or (sep and not url.startswith(("http://", "https://"))):
         raise UserError(f"malformed spec {spec.text!r}; expected litellm:PROVIDER/MODEL[@http(s)://HOST/v1]")
-    gen, settings, pricing, extra = split_params(spec.text, spec.params, EXTRA)
+    params = parse_params(ChatParams, spec.params, spec.text)
     # Without key_env litellm reads the provider's usual variable by itself.
-    key = resolve_key(extra["key_env"], spec.text) if extra.get("key_env") else None
-    return LiteLLMChat(model, url.rstrip("/") or None, key, get_domain(domain), gen, settings, pricing,
-                       send_observation=bool(extra.get("observation", False)))
+    key = resolve_key(params.key_env, spec.text) if params.key_env else None
+    return LiteLLMChat(model, url.rstrip("/") or None, key, get_domain(domain), params.sampling(), params.settings(),
+                       params.pricing(), send_observation=params.observation)

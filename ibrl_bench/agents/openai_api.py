@@ -22,7 +22,8 @@ import json
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Completion, Generation, Pricing, RemoteChat, resolve_key, split_params
+from ibrl_bench.agents.chat import Completion, RemoteChat, resolve_key
+from ibrl_bench.agents.params import ChatParams, ChatSampling, Pricing, parse_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
@@ -36,11 +37,10 @@ DEFAULT_URL = "https://api.openai.com/v1"
 # concurrent episodes that bookkeeping was the largest CPU cost of a move. aiohttp's connector
 # finds an idle connection without a scan, so one client is enough there.
 CLIENT_SHARDS = 8
-EXTRA = {"key_env", "observation"}
 
 
 class OpenAIChat(RemoteChat):
-    def __init__(self, model: str, base_url: str, key: str, domain: Domain, gen: Generation,
+    def __init__(self, model: str, base_url: str, key: str, domain: Domain, gen: ChatSampling,
                  settings: RemoteSettings, pricing: Pricing, send_observation: bool = False):
         super().__init__(model, base_url, domain, gen, settings, pricing, send_observation)
         self._key = key
@@ -150,7 +150,7 @@ def from_spec(spec: AgentSpec, domain: str) -> Agent:
     except ImportError:
         raise UserError("the openai: backend needs the openai package; pip install 'ibrl-bench[api]'") from None
     model, url = parse_target(spec)
-    gen, settings, pricing, extra = split_params(spec.text, spec.params, EXTRA)
-    key = resolve_key(extra.get("key_env", "OPENAI_API_KEY"), spec.text)
-    return OpenAIChat(model, url, key, get_domain(domain), gen, settings, pricing,
-                      send_observation=bool(extra.get("observation", False)))
+    params = parse_params(ChatParams, spec.params, spec.text)
+    key = resolve_key("OPENAI_API_KEY" if params.key_env is None else params.key_env, spec.text)
+    return OpenAIChat(model, url, key, get_domain(domain), params.sampling(), params.settings(), params.pricing(),
+                      send_observation=params.observation)

@@ -18,13 +18,17 @@ import math
 import os
 import re
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict
 
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.errors import UserError
+
+if TYPE_CHECKING:
+    from ibrl_bench.agents.cards import Card
 
 KINDS = ("scripted", "python", "openai", "litellm", "hf", "vllm", "card", "panel")
 MODEL_KINDS = ("openai", "litellm", "hf", "vllm", "card")  # agents that read the domain's prompts
@@ -36,7 +40,6 @@ _BACKENDS = {
     "litellm": "ibrl_bench.agents.litellm_api",
     "hf": "ibrl_bench.agents.hf_local",
     "vllm": "ibrl_bench.agents.vllm_local",
-    "card": "ibrl_bench.agents.cards",
 }
 _SPEC_RE = re.compile(r"^(?P<kind>[a-z_]+):(?P<target>[^?\s]+)(?:\?(?P<query>\S*))?$")
 
@@ -86,9 +89,24 @@ def parse_spec(text: str) -> AgentSpec:
     return AgentSpec(kind=kind, target=target, params=params, text=text)
 
 
-def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
+@dataclass(frozen=True)
+class Seat:
+    """An agent with what it was built from: the spec as written, and the card it stands for (the
+    card's hash goes into the run's identity, its roles limit where it may sit)."""
+
+    spec: str
+    agent: Agent
+    card: Card | None = None
+
+
+def build_agent(spec: str | AgentSpec, domain: str) -> Seat:
     """Make the agent a spec names, for a run of `domain`."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    if parsed.kind == "card":
+        from ibrl_bench.agents.cards import card_for
+
+        card = card_for(parsed, domain)
+        return Seat(parsed.text, build_agent(card.spec(), domain).agent, card)
     if parsed.kind == "scripted":
         agent = _scripted(parsed, domain)
     elif parsed.kind == "python":
@@ -106,8 +124,7 @@ def build_agent(spec: str | AgentSpec, domain: str) -> Agent:
                 ) from None
             raise
         agent = backend.from_spec(parsed, domain)
-    agent.spec = parsed.text
-    return agent
+    return Seat(parsed.text, agent)
 
 
 def _scripted(spec: AgentSpec, domain: str) -> Agent:
@@ -157,20 +174,14 @@ def import_from_cwd() -> None:
 
 
 def call_with_params(factory: Any, params: dict[str, Any], what: str) -> Any:
-    """`factory(**params)`, with a parameter it does not take refused by a line that lists those it
-    does, with their types and defaults (read from its signature)."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # a builtin or C type without one: let the call say what is wrong
-        signature = None
-    if signature is not None:
-        accepted = {name: p for name, p in signature.parameters.items()
-                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
-        unknown = [k for k in params if k not in accepted]
-        if unknown and not takes_any:
-            valid = ", ".join(_describe_param(p) for p in accepted.values()) or "none"
-            raise UserError(f"unknown parameter {unknown[0]!r} for {what}; valid parameters: {valid}")
+    """`factory(**params)`, the parameters first checked against the factory's signature (names and
+    annotated types) by the same path as every backend's (agents/params.py)."""
+    from ibrl_bench.agents.params import parse_params, signature_model
+
+    model = signature_model(factory, getattr(factory, "__name__", "Factory"))
+    if model is not None:
+        checked = parse_params(model, params, what)
+        params = {name: getattr(checked, name) for name in params}
     try:
         return factory(**params)
     except UserError:
@@ -180,9 +191,3 @@ def call_with_params(factory: Any, params: dict[str, Any], what: str) -> Any:
     except (Exception, SystemExit, asyncio.CancelledError) as e:  # noqa: BLE001 - the user's factory failed
         raise UserError(f"{what} raised {_one_line(e)} while building the agent; fix the factory "
                         "or its parameters") from None
-
-
-def _describe_param(p: inspect.Parameter) -> str:
-    annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-    text = p.name + (f": {annotation}" if annotation and p.annotation is not p.empty else "")
-    return text + (f" = {p.default!r}" if p.default is not p.empty else "")

@@ -39,20 +39,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from ibrl_bench.agents.base import Trace
 from ibrl_bench.agents.batching import Batcher
-from ibrl_bench.agents.generation import (
-    BatchedAgent,
-    GenerationParams,
-    GenRequest,
-    GenResult,
-    parse_params,
-    require_prompts,
-)
+from ibrl_bench.agents.generation import BatchedAgent, GenRequest, GenResult, require_prompts
+from ibrl_bench.agents.params import VLLMParams, parse_params
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
@@ -66,18 +58,6 @@ INSTALL_HINT = (
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-class VLLMParams(GenerationParams):
-    gguf_file: str | None = None  # which .gguf file, when a folder or package holds several
-    batch_size: int = Field(64, ge=1, le=4096)  # vLLM schedules large batches well
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # on a CPU: the share of the RAM
-    kv_cache_gb: float | None = Field(None, gt=0)  # a fixed KV cache size instead of the share above
-    max_model_len: int | None = Field(None, ge=32)
-    tensor_parallel_size: int = Field(1, ge=1)
-    max_lora_rank: int = Field(64, ge=1)
-    enforce_eager: bool = False
-
-
 def import_vllm() -> Any:
     """The vllm module, or the one line that says how to install it."""
     try:
@@ -89,7 +69,7 @@ def import_vllm() -> Any:
 
 
 def from_spec(spec: AgentSpec, domain: str) -> VLLMAgent:
-    params = parse_params(spec, VLLMParams)
+    params = parse_params(VLLMParams, spec.params, spec.text)
     import_vllm()
     from vllm.lora.request import LoRARequest
 

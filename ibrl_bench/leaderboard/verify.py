@@ -342,7 +342,7 @@ REPLAY_CONCURRENCY = 16  # episodes replayed at once, so that a local model's mo
 
 
 async def _replay_all(domain, scenarios, records, max_turns, reask: list[str]) -> list[str]:
-    agents = {spec: build_agent(spec, domain.name) for spec in reask}
+    agents = {spec: build_agent(spec, domain.name).agent for spec in reask}
     gate = asyncio.Semaphore(REPLAY_CONCURRENCY)
 
     async def one(r: EpisodeRecord) -> str | None:

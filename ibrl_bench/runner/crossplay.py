@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, field_validator
 from ibrl_bench import __version__
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.remote import current_retries
-from ibrl_bench.agents.spec import MODEL_KINDS, build_agent, parse_spec
+from ibrl_bench.agents.spec import MODEL_KINDS, Seat, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
@@ -128,7 +128,7 @@ class Crossplay:
         self.store = RunStore(out)
         self.max_turns = config.max_turns or self.domain.default_max_turns
         # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
-        self.agents = self._build_agents()
+        self.seats = self._build_seats()
         self._check_card_roles()
 
     def _scenarios(self) -> ScenarioSet:
@@ -152,7 +152,7 @@ class Crossplay:
         seats = [(spec, self.roles) for spec in self.config.policies]
         seats += [(spec, [self.domain.other(r) for r in self.roles]) for spec in self.config.counterparts]
         for spec, roles in seats:
-            card = getattr(self.agents[spec], "card", None)
+            card = self.seats[spec].card
             allowed = card.roles.get(self.config.domain) if card else None
             bad = sorted(set(roles) - set(allowed)) if allowed else []
             if bad:
@@ -163,10 +163,10 @@ class Crossplay:
         """What each spec resolved to: the card and its hash where a card was used, and the role
         prompt (name, version, hash) of a local model that reads another than the default."""
         out = {}
-        for spec, agent in self.agents.items():
-            card = getattr(agent, "card", None)
+        for spec, seat in self.seats.items():
+            card = seat.card
             out[spec] = {"card": card.id, "card_hash": card.hash, "resolved": card.spec()} if card else {}
-            prompt = self.other_prompt(agent)
+            prompt = self.other_prompt(seat.agent)
             if prompt is not None:
                 out[spec]["prompt"] = {"name": prompt.name, "version": prompt.version, "hash": prompt.hash}
         return out
@@ -226,7 +226,7 @@ class Crossplay:
         progress = Progress(total=self.total(), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)
-        agents = self.agents
+        seats = self.seats
         queue: asyncio.Queue[Job] = asyncio.Queue()
         for job in pending:
             queue.put_nowait(job)
@@ -250,7 +250,7 @@ class Crossplay:
                 except asyncio.QueueEmpty:
                     return
                 try:
-                    record = await self._play(job, agents)
+                    record = await self._play(job, seats)
                 except FatalAgentError as e:
                     stop(e)
                     return
@@ -295,20 +295,20 @@ class Crossplay:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             self.store.close()
-            await asyncio.gather(*(a.aclose() for a in agents.values()), return_exceptions=True)
+            await asyncio.gather(*(s.agent.aclose() for s in seats.values()), return_exceptions=True)
             if abort:
                 self.store.discard_if_unused()
         if abort:
             raise abort[0]
         return progress
 
-    def _build_agents(self) -> dict[str, Agent]:
+    def _build_seats(self) -> dict[str, Seat]:
         specs = dict.fromkeys([*self.config.policies, *self.config.counterparts])
         return {spec: build_agent(spec, self.config.domain) for spec in specs}
 
-    async def _play(self, job: Job, agents: dict[str, Agent]) -> EpisodeRecord:
+    async def _play(self, job: Job, seats: dict[str, Seat]) -> EpisodeRecord:
         other = self.domain.other(job.policy_role)
-        seats = {job.policy_role: job.policy, other: job.counterpart}
+        specs = {job.policy_role: job.policy, other: job.counterpart}
         errors: list[str] = []
         started = time.perf_counter()
         retries: Counter[str] = Counter()  # faults the remote layer absorbed, by kind
@@ -318,23 +318,24 @@ class Crossplay:
                 result = await play_episode(
                     self.domain,
                     job.scenario,
-                    {role: agents[spec] for role, spec in seats.items()},
+                    {role: seats[spec].agent for role, spec in specs.items()},
                     job.seed,
                     self.max_turns,
                     self.config.move_timeout,
+                    names=specs,
                 )
             except FatalAgentError:
                 raise
             except Exception as e:  # noqa: BLE001 - any agent failure is infrastructure, by design
-                errors.append(_describe(e, self.config.move_timeout))
+                errors.append(describe_failure(e, self.config.move_timeout))
                 continue
-            return self._record(job, seats, result.state.transcript, result.outcome, attempt, errors,
+            return self._record(job, specs, result.state.transcript, result.outcome, attempt, errors,
                                 result.usage(), result.state.starter, started, retries)
         outcome = Outcome(status="error", rewards={r: 0.0 for r in self.domain.roles}, agreement=False,
                           success=False, turns=0, detail=errors[-1])
-        return self._record(job, seats, [], outcome, self.config.retries + 1, errors, {}, None, started, retries)
+        return self._record(job, specs, [], outcome, self.config.retries + 1, errors, {}, None, started, retries)
 
-    def _record(self, job: Job, seats: dict[Role, str], transcript: list, outcome: Outcome, attempts: int,
+    def _record(self, job: Job, specs: dict[Role, str], transcript: list, outcome: Outcome, attempts: int,
                 errors: list[str], usage: dict, starter: Role | None, started: float,
                 retries: Counter[str]) -> EpisodeRecord:
         return EpisodeRecord(
@@ -343,9 +344,8 @@ class Crossplay:
             policy=job.policy,
             counterpart=job.counterpart,
             policy_role=job.policy_role,
-            agents=seats,
-            cards={role: card.hash for role, spec in seats.items()
-                   if (card := getattr(self.agents[spec], "card", None)) is not None},
+            agents=specs,
+            cards={role: card.hash for role, spec in specs.items() if (card := self.seats[spec].card) is not None},
             scenario_id=job.scenario.id,
             scenario_hash=job.scenario.hash,
             seed=job.seed,
@@ -361,7 +361,8 @@ class Crossplay:
         )
 
 
-def _describe(e: BaseException, timeout: float | None) -> str:
+def describe_failure(e: BaseException, timeout: float | None) -> str:
+    """An agent's failure in one line, as episodes record it."""
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
         return f"TimeoutError: a move took longer than {timeout} s (not counting time queued behind other moves)"
     text = str(e).splitlines()[0] if str(e) else ""

@@ -51,29 +51,31 @@ async def play_episode(
     seed: int,
     max_turns: int | None = None,
     move_timeout: float | None = None,
+    names: Mapping[Role, str] | None = None,
 ) -> EpisodeResult:
+    """`names`: what errors call each role's agent (its spec); the agent's class name where absent."""
     state = domain.start(scenario, seed, max_turns)
     replies: dict[Role, list[Reply]] = {role: [] for role in domain.roles}
     while not state.over:
         movers = domain.to_move(state)
         # Observe every mover before applying any move: simultaneous moves stay private.
         observations = [domain.observe(state, role) for role in movers]
-        answers = await _all(_timed(agents[o.role], o, move_timeout) for o in observations)
+        answers = await _all(_timed(agents[o.role], o, move_timeout, (names or {}).get(o.role)) for o in observations)
         for role, reply in zip(movers, answers):
             replies[role].append(reply)
             domain.apply(state, role, reply.text)
     return EpisodeResult(state=state, outcome=domain.outcome(state), replies=replies)
 
 
-async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply:
+async def _timed(agent: Agent, obs: Observation, timeout: float | None, name: str | None) -> Reply:
     """`agent.act(obs)`, failing with TimeoutError once its clock has run `timeout` seconds."""
     if timeout is None:
-        return await _act(agent, obs)
+        return await _act(agent, obs, name)
     loop = asyncio.get_running_loop()
     clock = MoveClock()
     token = current_move_clock.set(clock)
     try:
-        move = asyncio.ensure_future(_act(agent, obs))  # the task copies the context: it sees `clock`
+        move = asyncio.ensure_future(_act(agent, obs, name))  # the task copies the context: it sees `clock`
     finally:
         current_move_clock.reset(token)
     try:
@@ -92,9 +94,10 @@ async def _timed(agent: Agent, obs: Observation, timeout: float | None) -> Reply
             move.exception()  # collected: a move that failed as its episode was stopped is not "never retrieved"
 
 
-async def _act(agent: Agent, obs: Observation) -> Reply:
-    """`agent.act(obs)`, with the ways an agent can break the process turned into one clear error."""
-    name = agent.spec or type(agent).__name__
+async def _act(agent: Agent, obs: Observation, name: str | None) -> Reply:
+    """`agent.act(obs)`, with the ways an agent can break the process turned into one clear error.
+    The watchdog (runner/watchdog.py) reads `name` from this frame to name an agent that blocks."""
+    name = name or type(agent).__name__
     fix = "an agent returns a Reply, or raises an ordinary exception for a failed move; fix the agent"
     try:
         reply = await agent.act(obs)

@@ -313,6 +313,18 @@ class RunStore:
             os.close(self._fd)
             self._fd = None
 
+    def write_results(self, n_planned: int):
+        """Summarize the newest record of every episode into results.json and cells.csv, and return
+        the summary (stats/matrix.py)."""
+        from ibrl_bench.stats.matrix import cells_frame, summarize
+
+        manifest = self.read_manifest()
+        results = summarize(self.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set,
+                            n_planned=n_planned)
+        self.write_text("results.json", results.model_dump_json(indent=2))
+        self.write_text("cells.csv", cells_frame(results).to_csv(index=False))
+        return results
+
     def write_text(self, name: str, text: str) -> Path:
         path = self.folder / name
         _atomic_write(path, text)

@@ -32,17 +32,22 @@ def stop_process(message: str) -> None:
     os._exit(EXIT_CODE)  # the loop's thread is stuck in the agent: nothing else can end it
 
 
-def blocking_agent(thread_id: int) -> Agent | None:
-    """The outermost agent whose `act` is on the stack of thread `thread_id` right now."""
+def blocking_agent(thread_id: int) -> str | None:
+    """The name of the outermost agent whose `act` is on the stack of thread `thread_id` right now:
+    the name the dialogue loop gave it (runner/episode.py `_act`), else its class name."""
+    from ibrl_bench.runner.episode import _act
+
     frame: FrameType | None = sys._current_frames().get(thread_id)
-    found = None
+    found = name = None
     while frame is not None:
         if frame.f_code.co_name == "act":
             candidate = frame.f_locals.get("self")
             if isinstance(candidate, Agent):
-                found = candidate
+                found, name = candidate, None
+        elif frame.f_code is _act.__code__ and found is not None:
+            name = frame.f_locals.get("name")
         frame = frame.f_back
-    return found
+    return None if found is None else name or type(found).__name__
 
 
 class LoopWatchdog:
@@ -87,10 +92,9 @@ class LoopWatchdog:
             silent = time.monotonic() - self._beat
             if silent <= self.limit:
                 continue
-            agent = blocking_agent(self._loop_thread)
-            if agent is None:
+            name = blocking_agent(self._loop_thread)
+            if name is None:
                 continue
-            name = agent.spec or type(agent).__name__
             self.on_block(
                 f"{name} blocked the event loop for {silent:.1f} s inside act (synchronous work such as "
                 f"time.sleep or a blocking call), past the move timeout of {self.move_timeout:g} s; make act "

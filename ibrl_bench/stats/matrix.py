@@ -133,7 +133,7 @@ def cell_usage(records: list[EpisodeRecord]) -> dict[tuple[str, str, str], dict[
     return totals
 
 
-def cells_table(results: Results) -> pd.DataFrame:
+def cells_frame(results: Results) -> pd.DataFrame:
     """Flat table for cells.csv: estimate, bounds, method and sample sizes of every metric, and the
     confidence level."""
     rows = []

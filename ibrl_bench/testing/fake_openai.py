@@ -123,7 +123,7 @@ def make_app(faults: Faults | None = None):
             spec = body.get("model", "")
             agent = agents.get((spec, o.domain))
             if agent is None:
-                agent = agents[(spec, o.domain)] = build_agent(spec, o.domain)
+                agent = agents[(spec, o.domain)] = build_agent(spec, o.domain).agent
             text = (await agent.act(o)).text
         if fault == "empty":
             text = ""

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.yaml_files import load_yaml_text, read_yaml_file
+from ibrl_bench.yaml_files import load_yaml_text, read_yaml_mapping
 
 RECIPE_VERSION = 1
 # The trainers: `ibrl-bench train METHOD` runs `run(config, log)` of the module; the config class is
@@ -39,7 +39,7 @@ def load_recipe(path: str | Path, config_class: type[C], overrides: list[str] | 
                 method: str | None = None) -> C:
     """The recipe at `path` with `overrides` applied, as a `config_class`, or one line saying what is wrong."""
     path = Path(path)
-    data = read_yaml(path)
+    data = read_yaml_mapping(path, "recipe", "the shipped recipes are in training/")
     version = data.get("version")
     if version is None:
         raise UserError(f"{path}: no version; add `version: {RECIPE_VERSION}` at the top")
@@ -69,15 +69,6 @@ def trainer(method: str) -> tuple[Any, type[BaseModel]]:
 
 def config_class(method: str) -> type[BaseModel]:
     return trainer(method)[1]
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise UserError(f"recipe {path} not found; the shipped recipes are in training/")
-    data = read_yaml_file(path, "recipe")
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a recipe is a YAML mapping of keys to values, not {type(data).__name__}")
-    return data
 
 
 def parse_override(item: str, path: Path) -> tuple[str, Any]:

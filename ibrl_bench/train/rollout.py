@@ -163,7 +163,6 @@ def policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature: flo
         if max_length is not None:
             max_positions = max_length if max_positions is None else min(max_positions, max_length)
         agent = HFAgent(model, first.tokenizer, params, domain, max_positions, trace=True, adapters=adapters)
-        agent.spec = "policy:" + "+".join(roles)
         agents.update({role: agent for role in roles})
     return agents
 
@@ -201,7 +200,6 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
     adapters: dict[Role, Any] = {}
     agent = VLLMAgent(llm, params, domain, tokenizer, eos_ids(base, tokenizer), trace=True, adapters=adapters)
-    agent.spec = "policy:" + "+".join(policies) + "@vllm"
     ids = itertools.count(1)
 
     def sync(step: int) -> None:

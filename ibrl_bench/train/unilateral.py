@@ -63,7 +63,7 @@ def run(config: UnilateralConfig, log: StepLogger | None = None) -> dict[Role, s
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies, config.mixed_precision)
     agents, sync = make_agents(policies, domain, config, accelerator)
-    agents[domain.other(config.role)] = build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain)
+    agents[domain.other(config.role)] = build_agent(counterpart_on_device(config.counterpart, accelerator), config.domain).agent
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:

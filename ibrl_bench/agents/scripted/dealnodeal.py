@@ -26,12 +26,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Annotated
 
-from ibrl_bench.agents.base import Agent, Reply
+from pydantic import Field, model_validator
+
+from ibrl_bench.agents.base import Reply
+from ibrl_bench.agents.params import Params
+from ibrl_bench.agents.scripted import ScriptedAgent
 from ibrl_bench.domains.base import Observation
 from ibrl_bench.domains.dealnodeal.parser import format_proposal, format_split, has_selection, parse_proposal
 from ibrl_bench.domains.dealnodeal.rules import ITEMS, TOTAL_VALUE, Vec, all_splits, complement, dot
-from ibrl_bench.errors import UserError
 
 ACCEPT = "Deal. <selection>"
 TERSE_ACCEPT = "<selection>"
@@ -142,23 +146,60 @@ def read(obs: Observation) -> View:
     )
 
 
-def _number(name: str, value: object, low: float | None = None, high: float | None = None) -> float:
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise UserError(f"parameter {name} must be a number, got {value!r}") from None
-    if (low is not None and x < low) or (high is not None and x > high):
-        raise UserError(f"parameter {name}={x:g} is out of range [{low}, {high}]")
-    return x
+Utility = Annotated[float, Field(ge=0, le=10)]  # of a split, out of TOTAL_VALUE
+Terse = Annotated[bool, Field(strict=True)]
+Beta = Annotated[float, Field(ge=0.01, le=100)]
 
 
-def _flag(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise UserError(f"parameter {name} must be true or false, got {value!r}")
+class TimeDependentParams(Params):
+    beta: Beta = 1.0
+    reservation: Utility = 5.0
+    u_max: Utility = 10.0
+    terse: Terse = False
+
+    @model_validator(mode="after")
+    def _above_reservation(self) -> TimeDependentParams:
+        if self.u_max < self.reservation:
+            raise ValueError(f"u_max={self.u_max:g} is below reservation={self.reservation:g}")
+        return self
 
 
-class Negotiator(Agent):
+class BoulwareParams(TimeDependentParams):
+    beta: Beta = 0.2
+    reservation: Utility = 6.0
+
+
+class ConcederParams(TimeDependentParams):
+    beta: Beta = 3.0
+    reservation: Utility = 4.0
+
+
+class TitForTatParams(Params):
+    floor: Utility = 5.0
+    terse: Terse = False
+
+
+class FairParams(Params):
+    accept: Utility = 5.0
+    terse: Terse = False
+
+
+class HardlinerParams(Params):
+    accept: Utility = 9.0
+    final: Utility = 7.0
+    terse: Terse = False
+
+
+class RandomParams(Params):
+    greed: Annotated[float, Field(ge=0, le=100)] = 1.0
+    terse: Terse = False
+
+
+class PushoverParams(Params):
+    terse: Terse = False
+
+
+class Negotiator(ScriptedAgent):
     """The shared protocol; subclasses implement `propose`, `accepts` and `ratify`."""
 
     name = ""
@@ -207,11 +248,7 @@ class TimeDependent(Negotiator):
     u(tau) = u_max - (u_max - reservation) * tau^(1/beta), tau = share of the talk used. Proposes the
     split best for the opponent that meets the target; accepts offers worth its next target."""
 
-    def __init__(self, beta: float = 1.0, reservation: float = 5.0, u_max: float = 10.0, terse: bool = False):
-        self.terse = _flag("terse", terse)
-        self.beta = _number("beta", beta, low=0.01, high=100)
-        self.reservation = _number("reservation", reservation, 0, 10)
-        self.u_max = _number("u_max", u_max, self.reservation, 10)
+    params_model = TimeDependentParams
 
     def target(self, view: View) -> float:
         return self.u_max - (self.u_max - self.reservation) * view.tau ** (1 / self.beta)
@@ -228,9 +265,7 @@ class Boulware(TimeDependent):
     only close to the deadline, down to `reservation` (default 6)."""
 
     name = "boulware"
-
-    def __init__(self, beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0, terse: bool = False):
-        super().__init__(beta, reservation, u_max, terse)
+    params_model = BoulwareParams
 
 
 class Conceder(TimeDependent):
@@ -239,9 +274,7 @@ class Conceder(TimeDependent):
 
     name = "conceder"
     sentence = "How about this: I take {mine} and you take {theirs}."
-
-    def __init__(self, beta: float = 3.0, reservation: float = 4.0, u_max: float = 10.0, terse: bool = False):
-        super().__init__(beta, reservation, u_max, terse)
+    params_model = ConcederParams
 
 
 class TitForTat(Negotiator):
@@ -252,10 +285,7 @@ class TitForTat(Negotiator):
 
     name = "tit_for_tat"
     sentence = "I will match your moves: I get {mine}, you get {theirs}."
-
-    def __init__(self, floor: float = 5.0, terse: bool = False):
-        self.terse = _flag("terse", terse)
-        self.floor = _number("floor", floor, 0, 10)
+    params_model = TitForTatParams
 
     def target(self, view: View) -> float:
         if not view.mine:
@@ -286,10 +316,7 @@ class Fair(Negotiator):
 
     name = "fair"
     sentence = "A fair split: {mine} for me and {theirs} for you."
-
-    def __init__(self, accept: float = 5.0, terse: bool = False):
-        self.terse = _flag("terse", terse)
-        self.accept = _number("accept", accept, 0, 10)
+    params_model = FairParams
 
     def propose(self, view: View) -> Vec:
         ok = [s for s in all_splits(view.counts) if view.utility(s) >= self.accept - EPS] or [view.ideal]
@@ -312,11 +339,7 @@ class Hardliner(Negotiator):
 
     name = "hardliner"
     sentence = "I need {mine}. You can have {theirs}. That is my offer."
-
-    def __init__(self, accept: float = 9.0, final: float = 7.0, terse: bool = False):
-        self.terse = _flag("terse", terse)
-        self.accept = _number("accept", accept, 0, 10)
-        self.final = _number("final", final, 0, 10)
+    params_model = HardlinerParams
 
     def propose(self, view: View) -> Vec:
         return view.concede_to(self.final) if view.final_message else view.ideal
@@ -335,10 +358,7 @@ class RandomNegotiator(Negotiator):
 
     name = "random"
     sentence = "Maybe {mine} for me and {theirs} for you?"
-
-    def __init__(self, greed: float = 1.0, terse: bool = False):
-        self.terse = _flag("terse", terse)
-        self.greed = _number("greed", greed, 0, 100)
+    params_model = RandomParams
 
     def propose(self, view: View) -> Vec:
         return self.rng(view, "propose").choice(all_splits(view.counts))
@@ -355,9 +375,7 @@ class Pushover(Negotiator):
 
     name = "pushover"
     sentence = "You can have everything: {theirs}. I keep {mine}."
-
-    def __init__(self, terse: bool = False):
-        self.terse = _flag("terse", terse)
+    params_model = PushoverParams
 
     def propose(self, view: View) -> Vec:
         return tuple(0 for _ in view.counts)

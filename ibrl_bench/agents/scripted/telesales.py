@@ -33,7 +33,11 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ibrl_bench.agents.base import Agent, Reply
+from pydantic import Field
+
+from ibrl_bench.agents.base import Reply
+from ibrl_bench.agents.params import Params
+from ibrl_bench.agents.scripted import ScriptedAgent
 from ibrl_bench.domains.base import Observation
 from ibrl_bench.domains.telesales.catalog import Vehicle, load_catalog
 from ibrl_bench.domains.telesales.models import TEMPERAMENTS, Brief, Offer, Persona
@@ -47,19 +51,9 @@ from ibrl_bench.domains.telesales.parser import (
     parse_offer,
 )
 from ibrl_bench.domains.telesales.rules import extras_value, missing_needs, willingness_to_pay
-from ibrl_bench.errors import FatalAgentError, UserError
+from ibrl_bench.errors import FatalAgentError
 
 SELLER, BUYER = "seller", "buyer"
-
-
-def _number(name: str, value: object, low: float, high: float) -> float:
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise UserError(f"parameter {name} must be a number, got {value!r}") from None
-    if not low <= x <= high:
-        raise UserError(f"parameter {name}={x:g} is out of range [{low:g}, {high:g}]")
-    return x
 
 
 def _money(x: float) -> str:
@@ -70,7 +64,7 @@ def _join(words: list[str], last: str = "and") -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + f" {last} " + words[-1]
 
 
-class Scripted(Agent):
+class Scripted(ScriptedAgent):
     """What sellers and buyers share: the role check and the per-decision RNG."""
 
     name = ""
@@ -257,6 +251,13 @@ def read_seller(obs: Observation) -> SellerView:
 # --- sellers ---------------------------------------------------------------------------------
 
 
+class SellerParams(Params):
+    """Knobs a spec may set; None keeps the strategy's own."""
+
+    markup: float | None = Field(None, ge=0.5, le=1.5)
+    concession: float | None = Field(None, ge=0.0, le=1.0)
+
+
 class Seller(Scripted):
     """The shared seller; a strategy sets the knobs below and may override `pick` and `price`."""
 
@@ -269,11 +270,7 @@ class Seller(Scripted):
     final_floor = True  # on its last message, offer at the floor
     opening = "Hello, this is {dealer}. Thanks for taking my call! What are you looking for in your next vehicle?"
 
-    def __init__(self, markup: float | None = None, concession: float | None = None):
-        if markup is not None:
-            self.markup = _number("markup", markup, 0.5, 1.5)
-        if concession is not None:
-            self.concession = _number("concession", concession, 0.0, 1.0)
+    params_model = SellerParams
 
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
@@ -489,6 +486,13 @@ class BuyerView:
         return min(1.0, self.sent / max(1, self.patience - 1))
 
 
+class BuyerParams(Params):
+    """Knobs a spec may set; None keeps the temperament's own."""
+
+    depth: float | None = Field(None, ge=0.0, le=0.5)
+    curve: float | None = Field(None, ge=0.1, le=10.0)
+
+
 class Buyer(Scripted):
     """The shared buyer; a temperament sets the knobs below and the words."""
 
@@ -499,11 +503,7 @@ class Buyer(Scripted):
     shares_budget = True
     leave_after_mismatches = 3  # leave once this many offers missed a must-have
 
-    def __init__(self, depth: float | None = None, curve: float | None = None):
-        if depth is not None:
-            self.depth = _number("depth", depth, 0.0, 0.5)
-        if curve is not None:
-            self.curve = _number("curve", curve, 0.1, 10.0)
+    params_model = BuyerParams
 
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)
@@ -774,8 +774,7 @@ class PersonaBuyer(Buyer):
 
     name = "persona"
 
-    def __init__(self) -> None:  # the knobs are those of the temperament it plays
-        super().__init__()
+    params_model = Params  # the knobs are those of the temperament it plays
 
     async def act(self, obs: Observation) -> Reply:
         self.check_role(obs)

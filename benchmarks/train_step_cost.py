@@ -136,7 +136,7 @@ def first_prompt_tokens(model: Path, prompt: str) -> int:
     from transformers import AutoTokenizer
 
     from ibrl_bench.domains import get_domain
-    from ibrl_bench.models.chat import render
+    from ibrl_bench.models.chat_template import render
 
     game = get_domain("dealnodeal")
     state = game.start(game.scenario_set("train", 1).scenarios[0], 0)

@@ -80,10 +80,12 @@ def cli() -> None:
 @click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
 @click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Play in N local worker processes (Ray; pip install 'ibrl-bench[ray]'); --concurrency is shared among them.")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None, help="Play on the Ray cluster at ADDRESS (e.g. auto); one worker per CPU, or per GPU for local model seats, unless --workers says.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @interrupt_hint(RESUME_RUN)
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
-              concurrency, retries, move_timeout, fail_on_error, out, quiet) -> None:
+              concurrency, retries, move_timeout, fail_on_error, workers, ray_address, out, quiet) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
 
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
@@ -101,13 +103,15 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
-    _run_crossplay(matrix.config, Path(out), quiet)
+    from ibrl_bench.runner.workers import plan
+
+    _run_crossplay(matrix.config, Path(out), quiet, plan(workers, ray_address))
 
 
-def _run_crossplay(config, out: Path, quiet: bool) -> None:
+def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
     from ibrl_bench.runner.crossplay import Crossplay, RunAborted
 
-    runner = Crossplay(config, out)
+    runner = Crossplay(config, out, workers)
     bar = Progress(
         TextColumn("[bold]cross-play[/bold]"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -144,18 +148,19 @@ def _run_crossplay(config, out: Path, quiet: bool) -> None:
                 bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
-    results = runner.store.write_results(runner.total())
+    results = runner.results()
+    runner.store.write_results(results)
     _print_results(results, out)
     if aborted:
         raise aborted
 
 
 def _print_results(results, out: Path) -> None:
-    from ibrl_bench.report.terminal import cells_table, methods_note
+    from ibrl_bench.report.terminal import cells_note, cells_table
 
     title = f"{results.domain} · {results.scenario_set.get('split')} split · {out}"
     console.print(cells_table(results, title=title, width=console.width))
-    console.print(f"[dim]{methods_note(results)}[/dim]")
+    console.print(f"[dim]{escape(cells_note(results))}[/dim]")
     seats = [u for c in results.cells for u in c.usage.values()]
     if any(u.prompt_tokens or u.completion_tokens for u in seats):
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
@@ -187,18 +192,15 @@ def show(run: str, fmt: str) -> None:
     from ibrl_bench.runs import Run
 
     r = Run(run)
-    results = r.saved_results()
-    if results is None:  # never written, or stale: the log holds other episodes than it counts
-        from ibrl_bench.runner.crossplay import planned_episodes
-
-        results = r.store.write_results(planned_episodes(r.manifest.identity))
+    if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
+        r.store.write_results(r.results)  # recomputed from the episodes
     if fmt != "table":
         from ibrl_bench.report.export import cell_table
 
-        click.echo(cell_table(results, f"{results.domain} · {results.scenario_set.get('split')} split · {run}", fmt),
-                   nl=False)
+        click.echo(cell_table(r.results, f"{r.results.domain} · {r.results.scenario_set.get('split')} split · {run}",
+                              fmt), nl=False)
         return
-    _print_results(results, Path(run))
+    _print_results(r.results, Path(run))
 
 
 @cli.command()

@@ -113,7 +113,7 @@ class Run:
         if saved is not None:
             return saved
         return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=planned_episodes(self.manifest.identity))
+                         n_planned=planned_episodes(self.manifest.identity), identity=self.manifest.identity)
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:
@@ -247,7 +247,8 @@ class CombinedRun(Run):
         from ibrl_bench.stats.matrix import summarize
 
         return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=sum(planned_episodes(run.manifest.identity) for run in self.parts))
+                         n_planned=sum(planned_episodes(run.manifest.identity) for run in self.parts),
+                         identity=self.manifest.identity)
 
 
 def open_runs(folders: Sequence[str | Path]) -> Run:

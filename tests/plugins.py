@@ -118,3 +118,10 @@ class FailInSelect(Agent):
         if obs.phase == "select":
             raise ConnectionError("simulated: dropped during the split")
         return await self.inner.act(obs)
+
+
+def make_noted(folder: str, delay: float = 0.005):
+    """A Slow agent that leaves a file named by its process id in `folder`: a test finds the worker
+    processes of a run this way, to kill one."""
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    return Slow(delay=delay)

@@ -17,7 +17,7 @@ from ibrl_bench.agents.hf_local import HFAgent, HFParams  # noqa: E402  (imports
 from ibrl_bench.agents.spec import build_agent  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.errors import UserError  # noqa: E402
-from ibrl_bench.models.chat import prompt_ids  # noqa: E402
+from ibrl_bench.models.chat_template import prompt_ids  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.runner.episode import play_episode  # noqa: E402

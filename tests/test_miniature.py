@@ -16,6 +16,10 @@ TOY = dict(transcript_scenarios=3, max_turns=4, max_new_tokens=8, max_length=160
                 "steps": 2, "batch_size": 8, "min_own_reward": 0, "heldout_share": 0},
            rl={"steps": 2, "scenarios_per_step": 1, "group_size": 2, "micro_batch_size": 16},
            learning_window=1)
+# The pipeline of the experiment, written out here rather than read from the module: a stage taken
+# out of miniature.STAGES (or never run) fails the test instead of shrinking what it expects.
+PIPELINE = ["transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-boulware", "crossplay", "mismatch",
+            "report"]
 
 
 @pytest.mark.slow
@@ -24,11 +28,13 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
     config = miniature.MiniatureConfig(out=str(tmp_path / "mini"), gate={"scenarios": 2, "max_invalid": 1.0,
                                                                          "min_paying": 0.0}, **TOY)
     stages = miniature.run(config)
-    assert [s.name for s in stages] == list(miniature.STAGES)
+    assert [s.name for s in stages] == PIPELINE
     assert all(s.status == "ran" and s.wall_s > 0 for s in stages)
     out = tmp_path / "mini"
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["name"] for s in summary["stages"]] == list(miniature.STAGES)
+    assert [s["name"] for s in summary["stages"]] == PIPELINE
+    for name in PIPELINE:  # each stage wrote its own record of having finished
+        assert json.loads((out / name / "done.json").read_text())["stage"]["status"] == "ran", name
     for folder in ("ibrl/checkpoint-a", "ibrl/checkpoint-b", "unilateral-sft/checkpoint-a",
                    "unilateral-boulware/checkpoint-a", "sft/checkpoint"):
         assert (out / folder / "config.json").is_file(), folder
@@ -50,7 +56,7 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
     assert "Learning gate" in report and "curves.png" in report and (out / "curves.png").stat().st_size > 1000
     # A repeated command reuses every finished stage.
     again = miniature.run(config)
-    assert [s.status for s in again] == ["reused"] * len(miniature.STAGES)
+    assert [s.status for s in again] == ["reused"] * len(PIPELINE)
 
 
 @pytest.mark.slow
@@ -61,6 +67,14 @@ def test_a_warm_start_that_fails_the_gate_stops_the_run_with_the_numbers(tmp_pat
     assert not (tmp_path / "mini" / "ibrl").exists()
     report = (tmp_path / "mini" / "report.md").read_text()
     assert "stopped at the warm-start gate" in report and "| self_play | 4 |" in report
+    # The same command stops at the same gate again, from its record (no RL either).
+    assert [s.status for s in miniature.run(config)] == ["reused", "reused", "stopped"]
+    assert not (tmp_path / "mini" / "ibrl").exists()
+    # Another rollout temperature plays the gate anew in a fresh folder (the old run would refuse it).
+    hotter = miniature.run(config.model_copy(update={"temperature": 0.5}))
+    assert [s.status for s in hotter] == ["reused", "reused", "stopped"] and hotter[-1].result["temperature"] == 0.5
+    assert "temperature=0.5" in (tmp_path / "mini" / "gate" / "run" / "manifest.json").read_text()
+    assert "temperature=1" not in (tmp_path / "mini" / "gate" / "run" / "manifest.json").read_text()
 
 
 def test_a_bad_miniature_recipe_is_one_line(tmp_path):

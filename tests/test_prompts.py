@@ -61,7 +61,7 @@ def test_dealnodeal_compact_system_prompt_is_a_few_dozen_words():
     system = game.chat_messages(game.observe(state, "a"), "compact")[0]["content"]
     full = game.chat_messages(game.observe(state, "a"))[0]["content"]
     assert len(system.split()) <= 30 < len(full.split())
-    assert dnd_prompts.PROMPTS["compact"].version == "dnd-compact-v1"
+    assert dnd_prompts.PROMPTS["compact"].version == "dnd-compact-v2"
 
 
 def test_an_unknown_prompt_is_one_line_naming_the_known_ones():
@@ -83,8 +83,9 @@ def test_the_compact_select_prompt_restates_the_deal_on_the_table_for_each_side(
     game.apply(state, first, "<selection>")
     said = {role: game.chat_messages(game.observe(state, role), "compact")[-1]["content"] for role in game.roles}
     # The last readable proposal counts (the first one asks for more than the pool holds).
-    assert f"you take {' '.join(f'{i}={n}' for i, n in zip(ITEMS, take))}." in said[game.other(first)]
-    assert f"you take {' '.join(f'{i}={n}' for i, n in zip(ITEMS, rest))}." in said[first]
+    # Last, as the opening of the split it would be: the latest <split> before the answer is the deal's.
+    assert said[game.other(first)].endswith(f"you take:\n<split>{' '.join(f'{i}={n}' for i, n in zip(ITEMS, take))}")
+    assert said[first].endswith(f"you take:\n<split>{' '.join(f'{i}={n}' for i, n in zip(ITEMS, rest))}")
     quiet = game.start(scenario, 1)
     for _ in range(quiet.max_turns):
         game.apply(quiet, quiet.speaker, "hello")

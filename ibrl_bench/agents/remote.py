@@ -123,16 +123,21 @@ def classify(e: BaseException, endpoint: str, no_key: str | None = None) -> Verd
     return Verdict("fail", name)
 
 
-_LIMITS: dict[tuple[int, str], asyncio.Semaphore] = {}
+# (loop id, endpoint) -> (the loop, its semaphore). The loop is held so that its id cannot be reused
+# by a new loop while the entry stands; entries of closed loops go at the next call, so the table
+# holds the loops alive now, not one entry per loop ever run (the trainers run one per step).
+_LIMITS: dict[tuple[int, str], tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
 
 
 def limiter(endpoint: str, concurrency: int) -> asyncio.Semaphore:
     """One semaphore per endpoint and event loop, shared by every agent that calls it."""
-    key = (id(asyncio.get_running_loop()), endpoint)
-    sem = _LIMITS.get(key)
-    if sem is None:
-        sem = _LIMITS[key] = asyncio.Semaphore(concurrency)
-    return sem
+    loop = asyncio.get_running_loop()
+    for key in [k for k, (other, _) in _LIMITS.items() if other.is_closed()]:
+        del _LIMITS[key]
+    entry = _LIMITS.get((id(loop), endpoint))
+    if entry is None:
+        entry = _LIMITS[(id(loop), endpoint)] = (loop, asyncio.Semaphore(concurrency))
+    return entry[1]
 
 
 def backoff_delay(attempt: int, settings: RemoteSettings, rng: random.Random) -> float:

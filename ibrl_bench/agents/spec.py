@@ -105,7 +105,9 @@ def build_agent(spec: str | AgentSpec, domain: str) -> Seat:
     if parsed.kind == "card":
         from ibrl_bench.agents.cards import card_for
 
-        card = card_for(parsed, domain)
+        if parsed.params:
+            raise UserError(f"{parsed.text}: a card pins its parameters; edit the card (and its version) instead")
+        card = card_for(parsed.target, domain)
         return Seat(parsed.text, build_agent(card.spec(), domain).agent, card)
     if parsed.kind == "scripted":
         agent = _scripted(parsed, domain)

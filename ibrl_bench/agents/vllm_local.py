@@ -48,6 +48,7 @@ from ibrl_bench.agents.params import VLLMParams, parse_params
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains.base import Domain
 from ibrl_bench.errors import UserError
+from ibrl_bench.models.chat_template import end_ids, prompt_budget
 
 INSTALL_HINT = (
     "vllm: agents need vLLM, which is not installed here; on a machine with an NVIDIA GPU run "
@@ -154,13 +155,7 @@ class VLLMAgent(BatchedAgent):
         self.prompt = params.prompt
         self.tokenizer = tokenizer
         self.eos_ids = stop_ids
-        max_len = params.max_model_len or _engine_max_len(llm)
-        self.prompt_budget = None if max_len is None else max_len - params.max_new_tokens
-        if self.prompt_budget is not None and self.prompt_budget < 16:
-            raise UserError(
-                f"max_new_tokens={params.max_new_tokens} leaves no room for a prompt in this model's "
-                f"{max_len}-token context; lower it"
-            )
+        self.prompt_budget = prompt_budget(params.max_model_len or _engine_max_len(llm), params.max_new_tokens)
         self.batcher: Batcher[GenRequest, GenResult] = Batcher(
             self.generate_batch, params.batch_size, params.window_ms / 1000
         )
@@ -168,7 +163,7 @@ class VLLMAgent(BatchedAgent):
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
         """One `LLM.generate` call for the batch, in the batcher's worker thread (the only thread
         that touches the tokenizer)."""
-        from ibrl_bench.models.chat import prompt_ids
+        from ibrl_bench.models.chat_template import prompt_ids, reply_length
 
         p = self.params
         prompts = [prompt_ids(self.tokenizer, r.messages, self.prompt_budget) for r in requests]
@@ -193,7 +188,7 @@ class VLLMAgent(BatchedAgent):
             completion = out.outputs[0]
             row = list(completion.token_ids)
             # vLLM ends a sequence on its stop id and keeps it; cut at the first one all the same.
-            n = next((i + 1 for i, t in enumerate(row) if t in self.eos_ids), len(row))
+            n = reply_length(row, self.eos_ids)
             text = self.tokenizer.decode(row[:n], skip_special_tokens=True).strip()
             trace = None
             if self.trace:
@@ -225,12 +220,7 @@ def eos_ids(folder: Path, tokenizer: Any) -> list[int]:
         ids = GenerationConfig.from_pretrained(folder, local_files_only=True).eos_token_id
     except OSError:  # no generation_config.json: the tokenizer's alone
         ids = None
-    ids = [i for i in (ids if isinstance(ids, list) else [ids]) if i is not None]
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    if not ids:
-        raise UserError("the model names no end-of-sequence token; it cannot be used for chat")
-    return ids
+    return end_ids(ids, tokenizer)
 
 
 def _engine_max_len(llm: Any) -> int | None:

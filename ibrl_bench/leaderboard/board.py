@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
-
 from pydantic import BaseModel, PrivateAttr
 
 from ibrl_bench import __version__
@@ -31,7 +30,8 @@ from ibrl_bench.leaderboard.scoring import CONFIDENCE, MetricSummary
 from ibrl_bench.leaderboard.submit import SUBMISSIONS, slug
 from ibrl_bench.leaderboard.track import Track, check_pins, track_folder
 from ibrl_bench.leaderboard.verify import REASKED, Verdict, read_submission, verify_bundle
-from ibrl_bench.report.terminal import fmt, short
+from ibrl_bench.report.numbers import format_interval
+from ibrl_bench.report.terminal import short
 from ibrl_bench.runner.store import now_iso
 from ibrl_bench.stats.intervals import Interval, few_counterparts_note
 from ibrl_bench.stats.ranking import paired_rank_ranges, scenario_tensor
@@ -241,7 +241,7 @@ def _rank(e: Entry) -> str:
 
 
 def _cell(iv: Interval | None, metric: str) -> str:
-    return fmt(iv, metric in PERCENT)
+    return format_interval(iv, metric in PERCENT, digits=1)
 
 
 def _seats(e: Entry, domain: str) -> str:

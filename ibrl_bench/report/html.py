@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
@@ -27,8 +26,8 @@ from pydantic import BaseModel, Field
 from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
 from ibrl_bench.report.heatmap import color_span
+from ibrl_bench.report.numbers import decimals, format_interval, format_number, methods_note
 from ibrl_bench.report.tables import short
-from ibrl_bench.report.terminal import decimals, number
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
 from ibrl_bench.stats.intervals import Interval
@@ -93,26 +92,6 @@ def _color(rgb: tuple[int, int, int]) -> tuple[str, bool]:
 
 def _gradient(stops) -> str:
     return "linear-gradient(90deg, " + ", ".join(f"rgb{c} {t * 100:.0f}%" for t, c in stops) + ")"
-
-
-def _num(x: float | None, percent: bool, signed: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    if percent:
-        return number(x * 100, "+.0f" if signed else ".0f")
-    digits = 1 if abs(x) >= 10 else 2
-    return number(x, f"+.{digits}f" if signed else f".{digits}f")
-
-
-def fmt_iv(iv: Interval | None, percent: bool = False, signed: bool = False, unit: bool = True) -> str:
-    """`97% [87, 100]` for a rate, `+12 [4, 20]` for a difference of rates in points, `8.07 [7.32,
-    8.53]` for a score; `unit=False` leaves out the % (tables that say "%" in their header)."""
-    if iv is None or iv.estimate is None:
-        return "n/a"
-    text = _num(iv.estimate, percent, signed) + ("%" if percent and not signed and unit else "")
-    if iv.low is None or iv.high is None:
-        return text
-    return f"{text} [{_num(iv.low, percent, signed)}, {_num(iv.high, percent, signed)}]"
 
 
 def describe(iv: Interval | None) -> str:
@@ -209,10 +188,10 @@ def _heat_cell(iv: Interval | None, lo: float, hi: float, stops, percent: bool, 
     span = hi - lo or 1.0
     bg, light = _color(_ramp(stops, (iv.estimate - lo) / span))
     ink = "#111" if light else "#fff"
-    est = _num(iv.estimate, percent, signed) + ("%" if percent and not signed else "")
+    est, _, bounds = format_interval(iv, percent, signed, unit=True, stacked=True).partition("\n")
     ci, bar = "", ""
     if iv.low is not None and iv.high is not None:
-        ci = f'<div class="ci">[{_num(iv.low, percent, signed)}, {_num(iv.high, percent, signed)}]</div>'
+        ci = f'<div class="ci">{esc(bounds)}</div>'
         left = 100 * (min(max(iv.low, lo), hi) - lo) / span
         width = max(1.0, 100 * (min(max(iv.high, lo), hi) - lo) / span - left)
         mark = 100 * (min(max(iv.estimate, lo), hi) - lo) / span
@@ -239,20 +218,18 @@ def _matrix(page: _Page) -> str:
             for c, r in page.columns:
                 cell = page.cells.get((p, c, r))
                 iv = cell.metrics.get(metric) if cell else None
-                tip = f"{short(p)} vs {short(c)}, policy in role {r}: {fmt_iv(iv, percent)}. {describe(iv)}"
+                tip = f"{short(p)} vs {short(c)}, policy in role {r}: {format_interval(iv, percent, unit=True)}. {describe(iv)}"
                 if cell and cell.n_errors:
                     tip += f"; {cell.n_errors} error episodes not scored"
                 attrs = f'data-p="{pi}" data-c="{page.counterparts.index(c)}" data-r="{esc(r)}"'
                 tds.append(_heat_cell(iv, lo, hi, VIRIDIS, percent, False, attrs, tip + " Click: its transcripts."))
             rows.append(f'<tr><th class="row" title="{esc(p)}">{esc(short(p))}</th>{"".join(tds)}</tr>')
-        methods = sorted({iv.method for iv in ivs if iv is not None and iv.low is not None})
-        scale = f"{lo:.0%} to {hi:.0%}" if percent else f"{_num(lo, False)} to {_num(hi, False)}"
+        scale = f"{lo:.0%} to {hi:.0%}" if percent else f"{format_number(lo)} to {format_number(hi)}"
+        how = methods_note(ivs, "Hover a cell for its sample size; click it to read its transcripts.")
         legend = (f'<div class="legend"><span>{esc(label(metric))}: {esc(scale)}</span>'
                   f'<span>low</span><div class="ramp" style="background:{_gradient(VIRIDIS)}"></div><span>high</span>'
                   f'<span>· under each estimate: its {page.results.confidence:.0%} interval, and as a bar on the '
-                  f"same scale (tick: the estimate)</span></div>"
-                  f'<div class="note">Methods: {esc("; ".join(methods) or "none")}. Hover a cell for its sample '
-                  "size; click it to read its transcripts.</div>")
+                  f'same scale (tick: the estimate)</span></div><div class="note">{esc(how)}</div>')
         panel_id = f"hm-{metric}"
         tabs.append(f'<button type="button" data-target="{esc(panel_id)}" aria-pressed="{str(i == 0).lower()}">'
                     f"{esc(label(metric))}</button>")
@@ -278,27 +255,13 @@ def _td(iv: Interval | None, percent: bool = False, signed: bool = False, unit: 
         stacked: bool = False) -> str:
     """A number with its interval; `stacked` puts the interval on a second line (narrow columns)."""
     sort = "" if iv is None or iv.estimate is None else f' data-sort="{iv.estimate}"'
-    text = fmt_iv(iv, percent, signed, unit)
-    if stacked and " [" in text:
-        est, ci = text.split(" [", 1)
-        body = f'{esc(est)}<div class="ci">[{esc(ci)}</div>'
-    else:
-        body = esc(text)
+    est, _, ci = format_interval(iv, percent, signed, unit=unit, stacked=stacked).partition("\n")
+    body = f'{esc(est)}<div class="ci">{esc(ci)}</div>' if ci else esc(est)
     return f'<td class="num"{sort} title="{esc(describe(iv))}">{body}</td>'
 
 
 def _note(ivs: list[Interval | None], extra: str = "") -> str:
-    ivs = [iv for iv in ivs if iv is not None]
-    methods = sorted({iv.method for iv in ivs})
-    sizes = Counter((iv.n, iv.n_clusters) for iv in ivs)
-    size = ""
-    if sizes:
-        (n, k), _ = sizes.most_common(1)[0]
-        size = f"n = {n} episodes over {k} scenarios" + (
-            "; other sizes where a metric is defined on fewer episodes (hover a number)" if len(sizes) > 1 else "")
-    level = f"{ivs[0].confidence:.0%}" if ivs else "95%"
-    text = f"{level} intervals: {'; '.join(methods) or 'none'}. {size}."
-    return f'<div class="note">{esc(text)}{" " + esc(extra) if extra else ""}</div>'
+    return f'<div class="note">{esc(methods_note(ivs, extra))}</div>'
 
 
 def _rankings(page: _Page, r: Rankings | None) -> str:
@@ -360,7 +323,7 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
             for c in page.counterparts:
                 iv = by.get((p, c))
                 tip = (f"{short(p)}: score vs {short(c)} minus its mean vs the other counterparts: "
-                       f"{fmt_iv(iv, percent, True)}{' points' if percent else ''}. {describe(iv)}")
+                       f"{format_interval(iv, percent, True)}{' points' if percent else ''}. {describe(iv)}")
                 tds.append(_heat_cell(iv, -span, span, DIVERGING, percent, True, "", tip, clickable=False))
             rows.append(f'<tr><th class="row" title="{esc(p)}">{esc(short(p))}</th>{"".join(tds)}</tr>')
         unit = " (in points)" if percent else ""
@@ -371,8 +334,8 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 f"is the one it trained with, that is the mismatch.</p>"
                 f'<div class="heatwrap"><table class="heat"><thead><tr><th></th>{head}</tr></thead>'
                 f'<tbody>{"".join(rows)}</tbody></table></div>'
-                f'<div class="legend"><span>{_num(-span, percent, True)}</span><div class="ramp" '
-                f'style="background:{_gradient(DIVERGING)}"></div><span>{_num(span, percent, True)}</span></div>'
+                f'<div class="legend"><span>{format_number(-span, percent, True)}</span><div class="ramp" '
+                f'style="background:{_gradient(DIVERGING)}"></div><span>{format_number(span, percent, True)}</span></div>'
                 + _note([g.gap for g in gaps]))
     if detail is not None:
         for m in detail.results:
@@ -682,10 +645,7 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None,
     metric = options.metric if options.metric in page.kinds else "success_at_1"
     cells = {k: c.metrics.get(metric) for k, c in page.cells.items()}
     ivs = [iv for iv in cells.values() if iv is not None and iv.low is not None]
-    methods = "; ".join(sorted({iv.method for iv in ivs})) or "no intervals"
-    sizes = sorted({iv.n_clusters for iv in ivs})
-    note = (f"{page.results.confidence:.0%} intervals in brackets ({methods}); "
-            f"{'/'.join(map(str, sizes)) or 0} scenarios per cell, {page.seeds} seed(s) each. {run.name}")
+    note = methods_note(ivs, f"{page.seeds} seed(s) per scenario; {run.name}")
     png = render_heatmap(out.parent / "heatmap.png", page.policies, page.columns, cells,
                          metric_label=label(metric), percent=page.percent(metric),
                          title=f"{label(metric)} by cell, {run.manifest.domain}", note=note,

@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ibrl_bench.report.numbers import format_interval, methods_note
 from ibrl_bench.stats.intervals import P_VALUE_RULE, Interval
 from ibrl_bench.stats.mismatch import MismatchReport
 from ibrl_bench.stats.paired import Comparison
@@ -26,8 +27,8 @@ def short(spec: str) -> str:
     return spec.rsplit("/", 1)[-1] if spec.startswith("scripted:") else spec
 
 
-def iv(x: Interval | None, digits: int = 3) -> str:
-    return "n/a" if x is None else x.format(digits)
+def iv(x: Interval | None) -> str:
+    return format_interval(x, digits=3)
 
 
 def pval(p: float | None) -> str:
@@ -56,12 +57,8 @@ def _group(*parts) -> Group:
     return Group(*out)
 
 
-def note(intervals: Iterable[Interval], extra: str = "") -> Text:
-    ivs = [x for x in intervals if x is not None]
-    methods = sorted({x.method for x in ivs})
-    levels = sorted({f"{x.confidence:.0%}" for x in ivs})
-    text = f"{'/'.join(levels) or '95%'} intervals; methods: {'; '.join(methods) or 'none'}"
-    return Text(text + (f". {extra}" if extra else ""), style="dim")
+def note(intervals: Iterable[Interval | None], extra: str = "") -> Text:
+    return Text(methods_note(intervals, extra), style="dim")
 
 
 def comparison(c: Comparison) -> Group:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ibrl_bench.domains.base import Outcome, Turn
+from ibrl_bench.report.numbers import decimals, format_interval, methods_note
 from ibrl_bench.secrets import scrub
-from ibrl_bench.stats.intervals import Interval
 from ibrl_bench.stats.matrix import Results
 
 # (metric key, column title, shown as a percentage)
@@ -25,38 +22,6 @@ COLUMNS = [
     ("price_share_of_list", "price/list", True),
     ("policy_invalid", "invalid", True),
 ]
-
-
-def decimals(values: Iterable[float | None], whole: bool = False) -> int:
-    """Decimals that tell numbers apart on the scale of `values`: two when the largest is at most 1
-    (a TeleSales reward: 0.50 and 0.53, not 0.5 and 0.5), one up to 10 (Deal-or-NoDeal points:
-    7.4), none from 100. With `whole`, values that are all whole numbers get none (points 7, not 7.0)."""
-    xs = [abs(v) for v in values if v is not None and math.isfinite(v)]
-    if whole and all(float(x).is_integer() for x in xs):
-        return 0
-    top = max(xs, default=0.0)
-    return 2 if top == 0 else min(4, max(0, 2 - math.ceil(math.log10(top))))
-
-
-def number(x: float, spec: str) -> str:
-    """`format(x, spec)`, with no sign on a value that rounds to zero (-0.00 would read as a loss)."""
-    text = format(x, spec)
-    return text.lstrip("+-") if float(text) == 0 else text
-
-
-def fmt(iv: Interval | None, percent: bool, stacked: bool = False, digits: int = 1) -> str:
-    """`94 [84-98]` for rates in percent, `7.4 [6.6-8.0]` for scores (`digits` decimals), `-1 [-6, 8]`
-    when a bound is negative (a dash there would read as a minus); the interval on a second line when `stacked`."""
-    if iv is None or iv.estimate is None:
-        return "n/a"
-    scale, spec = (100, ".0f") if percent else (1, f".{digits}f")
-    est = number(iv.estimate * scale, spec)
-    if iv.low is None or iv.high is None:
-        return est
-    sep = "\n" if stacked else " "
-    low, high = number(iv.low * scale, spec), number(iv.high * scale, spec)
-    join = ", " if low.startswith("-") or high.startswith("-") else "-"
-    return f"{est}{sep}[{low}{join}{high}]"
 
 
 def short(spec: str, domain: str) -> str:
@@ -94,15 +59,16 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
             cell.policy_role,
             str(cell.n_scored),
             *([str(cell.n_errors) if cell.n_errors else ""] if columns_err else []),
-            *(fmt(cell.metrics.get(key), pct, stacked, places.get(key, 1)) for key, _, pct in columns),
+            *(format_interval(cell.metrics.get(key), pct, digits=places.get(key), stacked=stacked)
+              for key, _, pct in columns),
         )
     return table
 
 
-def methods_note(results: Results) -> str:
-    methods = sorted({iv.method for c in results.cells for iv in c.metrics.values() if iv.low is not None})
-    level = f"{results.confidence:.0%}"
-    return f"{level} intervals; rates in %, scores of the policy (cpt: counterpart); methods: {'; '.join(methods) or 'none'}"
+def cells_note(results: Results) -> str:
+    """The note under the cell table: how its intervals were made, and how to read its numbers."""
+    return methods_note((iv for c in results.cells for iv in c.metrics.values()),
+                        "Rates in %, scores of the policy (cpt: counterpart)")
 
 
 def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome, labels: dict[str, str]) -> None:
@@ -136,7 +102,8 @@ def episodes_table(episodes: list, domain: str, limit: int) -> Table:
         o = e.outcome
         other = next((r for r in e.agents if r != e.policy_role), None)
         table.add_row(e.key, short(e.policy, domain), short(e.counterpart, domain), e.policy_role, e.scenario_id,
-                      str(e.seed), o.status, "yes" if o.success else "no", f"{o.rewards.get(e.policy_role, 0):.{places}f}",
+                      str(e.seed), o.status, "yes" if o.success else "no",
+                      f"{o.rewards.get(e.policy_role, 0):.{places}f}",
                       f"{o.rewards.get(other, 0):.{places}f}" if other else "", str(o.turns))
     return table
 

@@ -1,7 +1,9 @@
 """The cross-play matrix: policies x counterparts x roles of the policy x scenarios x seeds.
 
-Episodes run concurrently under one asyncio semaphore-sized worker pool. Each finished episode is
-appended to the run log at once, so a killed run resumes without repeating or losing any.
+Episodes run concurrently under one asyncio semaphore-sized worker pool, or, with `workers` (see
+runner/workers.py), in worker processes that this process feeds in chunks. Either way this process
+alone appends each finished episode to the run log at once, so a killed run resumes without
+repeating or losing any.
 An exception from an agent is an infrastructure failure: the episode is retried from scratch
 (same seed) up to `retries` times, then recorded with status `error`, which no metric counts.
 A fatal error (a rejected key, a broken agent) or too many errors stop the run: the episodes in
@@ -18,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -30,6 +33,9 @@ from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RoleP
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
+
+if TYPE_CHECKING:
+    from ibrl_bench.runner.workers import WorkerPlan
 
 
 class CrossplayConfig(BaseModel):
@@ -91,6 +97,7 @@ class Progress:
     done: int = 0  # finished this run or earlier (not errors)
     errors: int = 0  # episodes recorded as error in this run
     resumed: int = 0  # done before this run started
+    playing_since: float | None = None  # time.perf_counter() when episodes began (after any worker start-up)
 
 
 def grown(config: CrossplayConfig, out: str | Path) -> CrossplayConfig:
@@ -111,8 +118,11 @@ def grown(config: CrossplayConfig, out: str | Path) -> CrossplayConfig:
 
 
 class Crossplay:
-    def __init__(self, config: CrossplayConfig, out: str | Path):
-        config = grown(config, out)
+    """The matrix of a run folder `out`. A worker process builds one with `out=None`: the same
+    domain, scenarios and agents, for playing jobs, without a store."""
+
+    def __init__(self, config: CrossplayConfig, out: str | Path | None, workers: WorkerPlan | None = None):
+        config = grown(config, out) if out is not None else config
         self.config = config
         self.domain: Domain = get_domain(config.domain)
         for spec in [*config.policies, *config.counterparts]:
@@ -125,7 +135,8 @@ class Crossplay:
                 )
         self.roles = roles
         self.scenario_set = self._scenarios()
-        self.store = RunStore(out)
+        self.store = RunStore(out) if out is not None else None
+        self.workers = workers
         self.max_turns = config.max_turns or self.domain.default_max_turns
         # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
         self.seats = self._build_seats()
@@ -220,18 +231,70 @@ class Crossplay:
     def total(self) -> int:
         return planned_episodes(self.manifest().identity)
 
+    def results(self):
+        """The cell results of what the run folder holds now (stats.matrix.Results)."""
+        from ibrl_bench.stats.matrix import summarize
+
+        m = self.manifest()
+        return summarize(self.store.latest().values(), domain=m.domain, scenario_set=m.scenario_set,
+                         n_planned=planned_episodes(m.identity), identity=m.identity)
+
     async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
         done = self.store.open(self.manifest())
         pending = [job for job in self.jobs() if job.key not in done]
         progress = Progress(total=self.total(), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)
+        attempted = 0
+        abort: list[BaseException] = []
+
+        def tally(key: str, status: str, last_error: str | None, line: str) -> BaseException | None:
+            """Record one finished episode (its JSON line); the reason to stop the run, if any."""
+            nonlocal attempted
+            self.store.append_line(line)
+            attempted += 1
+            if status == "error":
+                progress.errors += 1
+            else:
+                progress.done += 1
+            report(progress)
+            if (
+                attempted >= min(self.config.min_episodes_for_fail, len(pending))
+                and progress.errors > self.config.fail_on_error * attempted
+            ):
+                return RunAborted(
+                    f"stopped: {progress.errors} of the {attempted} episodes this command recorded failed "
+                    f"with infrastructure errors (last: {last_error}); fix the backend and "
+                    "rerun the same command to resume, or raise --fail-on-error"
+                )
+            return None
+
+        try:
+            if self.workers is not None and pending:
+                from ibrl_bench.runner.workers import play_on_workers
+
+                await play_on_workers(self, pending, tally, abort, progress)
+            else:
+                progress.playing_since = time.perf_counter()
+                await self._play_here(pending, tally, abort)
+        except BaseException:
+            self.store.discard_if_unused()  # a run that failed before its first episode leaves nothing
+            raise
+        finally:
+            self.store.close()
+            await asyncio.gather(*(s.agent.aclose() for s in self.seats.values()), return_exceptions=True)
+            if abort:
+                self.store.discard_if_unused()
+        if abort:
+            raise abort[0]
+        return progress
+
+    async def _play_here(self, pending: list[Job], tally, abort: list[BaseException]) -> None:
+        """Play `pending` in this process's event loop, `concurrency` at a time."""
         seats = self.seats
         queue: asyncio.Queue[Job] = asyncio.Queue()
         for job in pending:
             queue.put_nowait(job)
-        attempted = 0
-        abort: list[BaseException] = []
         workers: list[asyncio.Task] = []
 
         def stop(reason: BaseException) -> None:
@@ -243,7 +306,6 @@ class Crossplay:
                     w.cancel()
 
         async def worker() -> None:
-            nonlocal attempted
             while not abort:
                 try:
                     job = queue.get_nowait()
@@ -254,24 +316,10 @@ class Crossplay:
                 except FatalAgentError as e:
                     stop(e)
                     return
-                self.store.append(record)
-                attempted += 1
-                if record.outcome.status == "error":
-                    progress.errors += 1
-                else:
-                    progress.done += 1
-                report(progress)
-                if (
-                    attempted >= min(self.config.min_episodes_for_fail, len(pending))
-                    and progress.errors > self.config.fail_on_error * attempted
-                ):
-                    stop(
-                        RunAborted(
-                            f"stopped: {progress.errors} of the {attempted} episodes this command recorded failed "
-                            f"with infrastructure errors (last: {record.errors[-1]}); fix the backend and "
-                            "rerun the same command to resume, or raise --fail-on-error"
-                        )
-                    )
+                last = record.errors[-1] if record.errors else None
+                reason = tally(record.key, record.outcome.status, last, record.model_dump_json())
+                if reason is not None:
+                    stop(reason)
                     return
 
         from ibrl_bench.runner import watchdog
@@ -294,17 +342,13 @@ class Crossplay:
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
-            self.store.close()
-            await asyncio.gather(*(s.agent.aclose() for s in seats.values()), return_exceptions=True)
-            if abort:
-                self.store.discard_if_unused()
-        if abort:
-            raise abort[0]
-        return progress
 
     def _build_seats(self) -> dict[str, Seat]:
         specs = dict.fromkeys([*self.config.policies, *self.config.counterparts])
-        return {spec: build_agent(spec, self.config.domain) for spec in specs}
+        build = build_agent
+        if self.workers is not None:  # the workers play; local models are loaded there only
+            from ibrl_bench.runner.workers import seat_for_driver as build
+        return {spec: build(spec, self.config.domain) for spec in specs}
 
     async def _play(self, job: Job, seats: dict[str, Seat]) -> EpisodeRecord:
         other = self.domain.other(job.policy_role)

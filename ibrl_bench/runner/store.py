@@ -295,9 +295,13 @@ class RunStore:
 
     # -- writing ---------------------------------------------------------------------------
     def append(self, record: EpisodeRecord) -> None:
+        self.append_line(record.model_dump_json())
+
+    def append_line(self, text: str) -> None:
+        """Append one record given as its JSON text (as a worker process sends it)."""
         if self._fd is None:
             raise RuntimeError("RunStore.append before open")
-        line = (scrub(record.model_dump_json()) + "\n").encode()
+        line = (scrub(text) + "\n").encode()
         written = os.write(self._fd, line)
         if written != len(line):  # a short write on a full disk: fail loudly, resume repairs it
             raise OSError(f"short write to {self.episodes_path} ({written} of {len(line)} bytes)")
@@ -313,17 +317,10 @@ class RunStore:
             os.close(self._fd)
             self._fd = None
 
-    def write_results(self, n_planned: int):
-        """Summarize the newest record of every episode into results.json and cells.csv, and return
-        the summary (stats/matrix.py)."""
-        from ibrl_bench.stats.matrix import cells_frame, summarize
-
-        manifest = self.read_manifest()
-        results = summarize(self.latest().values(), domain=manifest.domain, scenario_set=manifest.scenario_set,
-                            n_planned=n_planned)
+    def write_results(self, results: Any) -> None:
+        """The run's cell results (stats.matrix.Results) as results.json, and flat as cells.csv."""
         self.write_text("results.json", results.model_dump_json(indent=2))
-        self.write_text("cells.csv", cells_frame(results).to_csv(index=False))
-        return results
+        self.write_text("cells.csv", results.cells_csv())
 
     def write_text(self, name: str, text: str) -> Path:
         path = self.folder / name

@@ -45,6 +45,10 @@ class Results(BaseModel):
     error_kinds: dict[str, int] = {}  # the final error of each error episode, most common first
     cells: list[CellResult]
 
+    def cells_csv(self) -> str:
+        """cells.csv: one row per cell (`cells_frame`)."""
+        return cells_frame(self).to_csv(index=False)
+
 
 def episodes_frame(records: Iterable[EpisodeRecord]) -> pd.DataFrame:
     """One row per episode, from the policy's point of view."""
@@ -84,8 +88,9 @@ def summarize(
     scenario_set: dict,
     n_planned: int,
     confidence: float = 0.95,
+    identity: dict | None = None,
 ) -> Results:
-    records = list(records)
+    records = list(records) if identity is None else in_matrix_order(records, identity)
     frame = episodes_frame(records)
     kinds = Counter(r.outcome.detail or "unknown" for r in records if r.outcome.status == "error")
     # Every interval of the matrix in one pass (see stats/batch.py); the same intervals as cell_metrics.
@@ -119,6 +124,21 @@ def summarize(
         error_kinds=dict(kinds.most_common(10)),
         cells=cells,
     )
+
+
+def in_matrix_order(records: Iterable[EpisodeRecord], identity: dict) -> list[EpisodeRecord]:
+    """The records in the order of the run's matrix (a run manifest's identity: policies, then
+    counterparts, then roles, then scenario and seed), whatever order they finished in: the cells and
+    every sum over them come out the same for a run played in one process or by several workers."""
+    rank = {name: {x: i for i, x in enumerate(identity.get(name, []))} for name in ("policies", "counterparts", "roles")}
+    last = len  # a seat the identity does not list (an older folder) goes after those it does
+
+    def key(r: EpisodeRecord) -> tuple:
+        return (rank["policies"].get(r.policy, last(rank["policies"])),
+                rank["counterparts"].get(r.counterpart, last(rank["counterparts"])),
+                rank["roles"].get(r.policy_role, last(rank["roles"])), r.scenario_id, r.seed)
+
+    return sorted(records, key=key)
 
 
 def cell_usage(records: list[EpisodeRecord]) -> dict[tuple[str, str, str], dict[str, Usage]]:

@@ -21,17 +21,16 @@ through its own policy only: with LoRA on a shared base, the other role's adapte
 and frozen during the forward (policy.Policy.active); without LoRA, the roles are two models. The
 optimizers hold disjoint parameters. No gradient is shared.
 
-Unilateral RL (unilateral.py) is this loop with one trainable role and a fixed counterpart.
+Unilateral RL is the same run with one argument: `run(config, fixed={other_role: spec})` trains
+the remaining role against that fixed agent (unilateral.py only checks its options and makes the
+call). IB-RL is `fixed={}`: every role trains.
 
-Scale. `accelerate` starts the processes, places models and runs mixed precision; each process
-plays its share of the step's scenarios (whole groups, so the group normalization is local) and
-gradients are averaged across processes. Two ways to hold the models (`prepare`): DDP (every
-process a whole copy; training/accelerate/multi-gpu-ddp.yaml) or FSDP2 (every model sharded over
-the processes, gathered whole for the rollouts; multi-gpu-fsdp.yaml and fsdp.py). Either way the
-update is the one a single process would make on all the step's groups: each process divides its
-loss by the step's sample (or token) count over all processes, and runs as many micro-batches as
-the process with the most (empty ones if it has fewer), since every forward and backward of a
-shared model is a collective. Every logged metric is over all processes.
+Scale. The plumbing lives in distributed.py (accelerate, DDP, FSDP): each process plays its share of
+the step's scenarios (whole groups, so the group normalization is local), and the update is the
+one a single process would make on all the step's groups: each process divides its loss by the
+step's sample (or token) count over all processes (`over_processes`), and runs as many
+micro-batches as the process with the most (`empty_batch`). Every logged metric is over all
+processes.
 
 Rollouts (`rollout_engine`). `hf` (the default): HF `generate` on the live policy through the
 project's hf: agent; with two adapters on one base, one `generate` call decodes both roles' moves,
@@ -47,10 +46,8 @@ every step would have to copy all the weights into the engine.
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -59,9 +56,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Role, ScenarioSet
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
-from ibrl_bench.train import fsdp
-from ibrl_bench.train.losses import GRPOOptions, grpo_loss, group_advantages
-from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies, with_prompt
+from ibrl_bench.train.distributed import (
+    clip_gradients,
+    counterpart_on_device,
+    empty_batch,
+    gather,
+    gradient_sync,
+    make_accelerator,
+    on_device,
+    over_processes,
+    prepare,
+    rollout_weights,
+    save,
+    seed_everything,
+)
+from ibrl_bench.train.losses import GRPOOptions, group_advantages, grpo_loss
+from ibrl_bench.train.policy import ModelOptions, Policy, describe, load_policies
 from ibrl_bench.train.rollout import (
     Group,
     close_agents,
@@ -71,7 +81,12 @@ from ibrl_bench.train.rollout import (
     step_scenarios,
     vllm_policy_agents,
 )
-from ibrl_bench.train.samples import Sample, collate, token_logprobs, token_logprobs_and_entropy
+from ibrl_bench.train.samples import (
+    Sample,
+    collate,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -156,21 +171,32 @@ class StepLogger(Protocol):
     def log(self, step: int, **metrics: Any) -> None: ...
 
 
-def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
-    """Train both roles; save one checkpoint per role under `out`; return each role's hf: spec."""
+def run(config: IBRLConfig, log: StepLogger | None = None, fixed: Mapping[Role, str] | None = None) -> dict[Role, str]:
+    """Train every role of the domain except those in `fixed` ({role: agent spec}, played by that
+    agent, never updated); save one checkpoint per trained role under `out`; return each trained
+    role's hf: spec. IB-RL: `fixed` empty. Unilateral RL: one role fixed (unilateral.py)."""
+    from ibrl_bench.agents.spec import build_agent
     from ibrl_bench.domains import get_domain
 
     check_rollout_engine(config)
-    accelerator = make_accelerator(config)
     domain = get_domain(config.domain)
     domain.role_prompt(config.prompt)  # an unknown prompt fails before any model loads
+    fixed = dict(fixed or {})
+    for role in fixed:
+        domain.other(role)  # one line on an unknown role
+    trained = [r for r in domain.roles if r not in fixed]
+    if not trained:
+        raise UserError(f"every role of {config.domain} is fixed; leave at least one to train")
+    accelerator = make_accelerator(config)
     scenarios = domain.scenario_set(config.split, config.scenario_limit)
     seed_everything(config.seed)
-    policies = load_policies(on_device(config.model, accelerator), list(domain.roles), config.lr,
+    policies = load_policies(on_device(config.model, accelerator), trained, config.lr,
                              reference=config.kl_coef > 0, weight_decay=config.weight_decay)
     logger.info("training %s", describe(policies))
     prepare(accelerator, policies, config.mixed_precision)
     agents, sync = make_agents(policies, domain, config, accelerator)  # one agent for both roles on one base
+    for role, spec in fixed.items():
+        agents[role] = build_agent(counterpart_on_device(spec, accelerator), config.domain).agent
     try:
         train(config, accelerator, domain, scenarios, policies, agents, log, sync)
     finally:
@@ -181,8 +207,9 @@ def run(config: IBRLConfig, log: StepLogger | None = None) -> dict[Role, str]:
 def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: ScenarioSet,
           policies: dict[Role, Policy], agents: dict[Role, Any], log: StepLogger | None,
           sync: Callable[[int], None] | None = None) -> None:
-    """The loop of both trainers: joint rollouts, then one isolated update per trainable role.
-    `sync(step)`, when given, hands the rollout engine the policies as they are before the step."""
+    """The loop: joint rollouts, then one isolated update per trainable role (the roles in
+    `policies`; the others' agents are fixed). `sync(step)`, when given, hands the rollout engine
+    the policies as they are before the step."""
     if config.scenarios_per_step % accelerator.num_processes:
         # Every process must hold whole groups and take part in every backward (DDP waits for all).
         raise UserError(f"scenarios_per_step={config.scenarios_per_step} does not split evenly over "
@@ -200,7 +227,7 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
             groups = collect(domain, mine, agents, config.group_size, config.seed, step, list(policies),
                              config.max_turns)
         # The slowest process's rollouts: the update cannot start before they end.
-        rollout_s = _over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
+        rollout_s = over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
         metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator),
                                    "reward_groups": group_rewards(groups, list(policies), accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
@@ -212,13 +239,6 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
             log.log(step, **metrics)
         if step % config.save_every == 0 or step == config.steps:
             resume.save(config, step, policies, accelerator)
-
-
-def rollout_weights(policies: dict[Role, Policy]) -> Any:
-    """Whole weights on every process while it plays (FSDP keeps only shards otherwise)."""
-    if any(fsdp.is_sharded(p.model) for p in policies.values()):
-        return fsdp.full_parameters(policies.values())
-    return nullcontext()
 
 
 def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig, accelerator: Any) -> dict[str, Any]:
@@ -267,14 +287,12 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     limit = config.max_length
     truncated = sum(1 for s in samples if limit is not None and _length(s) > limit)
     local_tokens = float(sum(b.action_mask.sum() for b in batches))
-    count, step_tokens, step_samples = _over_processes(accelerator, [len(batches), local_tokens, len(samples)],
-                                                       first_max=True)
+    count, step_tokens, step_samples = over_processes(accelerator, [len(batches), local_tokens, len(samples)],
+                                                      first_max=True)
     if count == 0:
         return {}  # no process has a move of this role in this step
-    # Every process runs the same number of forwards and backwards (FSDP gathers in each, DDP
-    # broadcasts buffers in each): a process with fewer micro-batches runs empty ones (no action token).
-    while len(batches) < count:
-        batches.append(_empty_batch(pad_id))
+    while len(batches) < count:  # every process runs as many forwards and backwards (distributed.py)
+        batches.append(empty_batch(pad_id))
         adv.append(torch.zeros(1))
     batches = [b.to(accelerator.device) for b in batches]
     adv = [a.to(accelerator.device) for a in adv]
@@ -287,7 +305,6 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     share_tokens, share_samples = step_tokens / world, step_samples / world
     sums: dict[str, float] = {}  # token-weighted sums of this process, over all updates
     loss_sum = 0.0
-    sharded = fsdp.is_sharded(policy.model)
     with policy.active() as model:
         for _ in range(config.updates_per_step):
             policy.optimizer.zero_grad(set_to_none=True)
@@ -296,12 +313,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
                     logprobs, entropy = token_logprobs_and_entropy(model, batch, config.temperature)
                 loss, stats = grpo_loss(logprobs, batch.old_logprobs, ref, a, batch.action_mask, options,
                                         total_tokens=share_tokens, total_samples=share_samples)
-                last = k == len(batches) - 1
-                if sharded:
-                    sync = fsdp.gradient_sync(model, last)
-                else:
-                    sync = accelerator.no_sync(model) if not last else nullcontext()
-                with sync:
+                with gradient_sync(accelerator, model, last=k == len(batches) - 1):
                     accelerator.backward(loss)
                 # Statistics weighted by tokens, so the step's value is the mean over its tokens.
                 n = stats["tokens"]
@@ -310,13 +322,10 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
                     sums[key] = sums.get(key, 0.0) + stats[key] * n
                 loss_sum += float(loss.detach())
             if config.max_grad_norm is not None:
-                if sharded:  # the norm of the whole gradient: DTensor shards, reduced across processes
-                    torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-                else:
-                    accelerator.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+                clip_gradients(accelerator, policy, config.max_grad_norm)
             policy.optimizer.step()
     keys = ("kl", "clip_frac", "ratio", "entropy")
-    totals = _over_processes(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
+    totals = over_processes(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
     divisor = max(step_tokens, 1.0) * config.updates_per_step
     metrics = {k: v / divisor for k, v in zip(keys, totals)}
     # Each process's loss is world x its part of the step's (see above): their mean is the step's.
@@ -330,49 +339,19 @@ def _length(sample: Sample) -> int:
     return len(sample.prompt_ids) + len(sample.completion_ids)
 
 
-def _empty_batch(pad_id: int) -> Any:
-    """A micro-batch with no action token: a forward and a backward of gradient zero."""
-    batch = collate([Sample([pad_id], [pad_id], [0.0])], pad_id)
-    batch.action_mask.zero_()
-    return batch
-
-
-def _over_processes(accelerator: Any, values: list[float], first_max: bool = False) -> list[float]:
-    """`values` summed over all processes (with `first_max`, the first one's maximum instead);
-    called by every process."""
-    import torch
-    import torch.distributed as dist
-
-    if accelerator.num_processes == 1:
-        return [float(v) for v in values]
-    local = torch.tensor([float(v) for v in values], dtype=torch.float64, device=accelerator.device)
-    head, rest = (local[:1], local[1:]) if first_max else (local[:0], local)
-    if first_max:
-        dist.all_reduce(head, op=dist.ReduceOp.MAX)
-    dist.all_reduce(rest, op=dist.ReduceOp.SUM)
-    return [float(v) for v in torch.cat([head, rest])]
-
-
 def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any) -> dict[Role, float]:
     """Each role's mean reward over the step's rollouts on all processes."""
     rollouts = [r for g in groups for r in g.rollouts]
     local = [sum(r.reward(role) for r in rollouts) for role in roles] + [len(rollouts)]
-    *sums, count = _over_processes(accelerator, local)
+    *sums, count = over_processes(accelerator, local)
     return {role: total / max(count, 1) for role, total in zip(roles, sums)}
 
 
 def group_rewards(groups: list[Group], roles: list[Role], accelerator: Any) -> dict[Role, list[float]]:
     """Each trained role's mean reward per group (one per scenario of the step, over all
     processes): what a learning curve's interval resamples, scenarios being the clusters."""
-    out = {}
-    for role in roles:
-        local = [sum(g.rewards(role)) / len(g.rollouts) for g in groups]
-        if accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            local = gather_object(local)
-        out[role] = [round(x, 6) for x in local]
-    return out
+    return {role: [round(x, 6) for x in gather(accelerator, [sum(g.rewards(role)) / len(g.rollouts) for g in groups])]
+            for role in roles}
 
 
 def check_rollout_engine(config: IBRLConfig) -> None:
@@ -396,79 +375,3 @@ def make_agents(policies: dict[Role, Policy], domain: Domain, config: IBRLConfig
     return vllm_policy_agents(policies, domain, config.temperature, config.max_new_tokens, config.rollout_batch_size,
                               Path(config.out) / "rollout-adapters", config.vllm_memory_utilization,
                               config.vllm_kv_cache_gb, config.max_length, config.prompt)
-
-
-def make_accelerator(config: IBRLConfig) -> Any:
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-
-    # Under DDP, the role not being updated has parameters outside the graph of the backward.
-    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
-    cpu = config.model.device == "cpu"
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, kwargs_handlers=[ddp])
-
-
-def on_device(options: ModelOptions, accelerator: Any) -> ModelOptions:
-    """Load straight onto this process's device (cuda:RANK), not every process onto cuda:0."""
-    return options.model_copy(update={"device": str(accelerator.device)})
-
-
-def prepare(accelerator: Any, policies: dict[Role, Policy], mixed_precision: str = "no") -> None:
-    """Make the policies ready for this launch: one process, DDP, or FSDP.
-
-    - One process (CPU or GPU), or data parallelism (DDP: `accelerate launch --multi_gpu`, or
-      torchrun): every process holds the whole model, generates with it and averages gradients;
-      accelerate wraps each distinct model once.
-    - FSDP (`accelerate launch --config_file training/accelerate/multi-gpu-fsdp.yaml`): every
-      model is sharded over the processes with torch's FSDP2 (fsdp.py says how and why not through
-      accelerate's plugin); rollouts gather the whole weights first, the update runs the same
-      number of micro-batches on every process, `save` gathers the whole state on the main process.
-      The reference of full fine-tuning is sharded too: it is a whole model's size, which is what
-      FSDP is there to spread (with LoRA the reference is the base, adapters off: no copy at all).
-    - DeepSpeed is refused: an engine binds one optimizer to a model, while IB-RL on a shared base
-      keeps one optimizer per role.
-    """
-    from accelerate.utils import DistributedType
-
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        raise UserError("the RL trainers run on one device, with DDP or with FSDP, not DeepSpeed; "
-                        "use training/accelerate/multi-gpu-fsdp.yaml or multi-gpu-ddp.yaml")
-    for policy in policies.values():
-        if policy.reference_model is not None:
-            policy.reference_model.to(accelerator.device)
-    if fsdp.wanted(accelerator):
-        fsdp.shard(policies, mixed_precision)
-        return
-    prepared: dict[int, Any] = {}
-    for policy in policies.values():
-        key = id(policy.model)
-        if key not in prepared:
-            prepared[key] = accelerator.prepare_model(policy.model)
-        policy.model = prepared[key]
-        policy.optimizer = accelerator.prepare_optimizer(policy.optimizer)
-
-
-def save(accelerator: Any, policies: dict[Role, Policy], out: str, prompt: str = DEFAULT_PROMPT) -> dict[Role, str]:
-    """Each policy's checkpoint, written by the main process ({} elsewhere); a sharded model is
-    gathered first, by all processes together."""
-    specs: dict[Role, str] = {}
-    accelerator.wait_for_everyone()
-    for role, policy in policies.items():
-        folder = Path(out) / f"checkpoint-{role}"
-        state = None
-        if fsdp.is_sharded(policy.model):
-            # An adapter needs its own tensors only, not the base's billions.
-            mine = f".{policy.adapter}." if policy.adapter is not None else ""
-            state = fsdp.full_state(policy.model, lambda name: mine in name, accelerator.is_main_process)
-        if accelerator.is_main_process:
-            specs[role] = with_prompt(policy.save(folder, state), prompt)
-    accelerator.wait_for_everyone()
-    return specs
-
-
-def seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
-

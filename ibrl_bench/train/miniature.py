@@ -40,6 +40,7 @@ again when the command is repeated with the same settings for it and the stages 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -132,10 +133,16 @@ def _run_stage(name: str, config: MiniatureConfig, out: Path, recipe_hash: str, 
     if done.is_file():
         saved = json.loads(done.read_text())
         if saved.get("recipe") == recipe_hash:
-            stage = Stage(**saved["stage"]).model_copy(update={"status": "reused"})
+            stage = Stage(**saved["stage"])
+            if stage.status != "stopped":  # a gate that stopped the run stops it again
+                stage = stage.model_copy(update={"status": "reused"})
             state[name] = stage.result
             progress(f"{name}: reused {folder}")
             return stage
+        # Finished under other settings: its run folders would refuse the new ones (or resume
+        # them from the old), so the stage starts over. A stage interrupted midway (no done.json)
+        # keeps its folder and resumes.
+        shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     progress(f"{name}: running")
     wall, cpu = time.perf_counter(), time.process_time()
@@ -144,8 +151,7 @@ def _run_stage(name: str, config: MiniatureConfig, out: Path, recipe_hash: str, 
     stage = Stage(name=name, status=status, wall_s=round(time.perf_counter() - wall, 1),
                   cpu_s=round(time.process_time() - cpu, 1), result=result)
     state[name] = result
-    if status == "ran":
-        done.write_text(json.dumps({"recipe": recipe_hash, "stage": stage.model_dump()}, indent=2) + "\n")
+    done.write_text(json.dumps({"recipe": recipe_hash, "stage": stage.model_dump()}, indent=2) + "\n")
     progress(f"{name}: {status} in {stage.wall_s:.0f} s wall, {stage.cpu_s:.0f} s CPU")
     return stage
 

@@ -13,7 +13,7 @@ tokens: it is built from lengths, never from token values, so it stays right whe
 equals the end-of-sequence token (the eos a role generated is an action; padding is not), and
 the prompt (system text, the other side's messages, template tokens) is always 0.
 
-Truncation has one rule, applied where prompts are built (`models.chat.prompt_ids`, by the rollout
+Truncation has one rule, applied where prompts are built (`models.chat_template.prompt_ids`, by the rollout
 agent and by SFT alike): keep the system prompt (rules and private values) and the latest turns,
 dropping the oldest turns whole. Both build prompts to fit `max_length - max_new_tokens`
 (`prompt_budget`), so a sample's prompt is never cut again here: `truncate` only shortens a

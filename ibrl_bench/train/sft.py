@@ -86,8 +86,8 @@ class SFTConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     # Tokens per sample. Prompts are cut to max_length - max_new_tokens by the one rule of
-    # models.chat.prompt_ids (system prompt and latest turns kept), as the RL trainers' rollouts cut
-    # them; a recorded message longer than max_new_tokens is cut from its end.
+    # models.chat_template.prompt_ids (system prompt and latest turns kept), as the RL trainers'
+    # rollouts cut them; a recorded message longer than max_new_tokens is cut from its end.
     max_length: int = Field(1024, ge=16)
     max_new_tokens: int = Field(64, ge=1)  # set it to what the checkpoint will be played with
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
@@ -133,7 +133,7 @@ def completion_ids(tokenizer: Any, text: str) -> list[int]:
 
 def move_sample(tokenizer: Any, domain: Domain, move: Move, prompt_budget: int | None,
                 role_prompt: str = DEFAULT_PROMPT) -> Sample:
-    from ibrl_bench.models.chat import prompt_ids
+    from ibrl_bench.models.chat_template import prompt_ids
 
     prompt = prompt_ids(tokenizer, domain.chat_messages(move.obs, role_prompt), prompt_budget)
     return Sample(prompt_ids=prompt, completion_ids=completion_ids(tokenizer, move.text))

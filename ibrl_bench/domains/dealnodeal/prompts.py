@@ -8,7 +8,11 @@ into every run manifest, so results from different prompts are never mixed up:
   rollout cost is mostly the prompt (benchmarks/train_step_cost.py --prompts measures it). Its
   select instruction also restates the deal on the table (the last proposal, from either side) as
   the items this role would take: public information, read off the dialogue the way a game's
-  screen would show it, so that a small model need not do the subtraction itself.
+  screen would show it, so that a small model need not do the subtraction itself. It comes last,
+  on a line of its own, as the opening of the split it would be, without the closing tag
+  (dnd-compact-v2): a tiny model copies by looking up the latest occurrence of the token it just
+  wrote, so the latest `<split>` (and the latest `>`) before its answer must be the deal's, not
+  the template's `book=X` or a closing tag followed by the end of the message.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ COMPACT = {
     "system": "Deal or No Deal, {max_turns} messages. Pool: {pool_tags}. Your values: {value_tags}. "
               "Propose what you take: <propose>book=X hat=Y ball=Z</propose>; accept: <selection>.",
     "open": "You start.",
-    "select": "Talk over. {table} State what you take: <split>book=X hat=Y ball=Z</split> or <split>no deal</split>.",
+    "select": "Talk over. State what you take, <split>book=X hat=Y ball=Z</split> or <split>no deal</split>. {table}",
 }
 
 PROMPTS = {
     DEFAULT_PROMPT: RolePrompt(DEFAULT_PROMPT, PROMPT_VERSION, TEMPLATES),
-    "compact": RolePrompt("compact", "dnd-compact-v1", COMPACT),
+    "compact": RolePrompt("compact", "dnd-compact-v2", COMPACT),
 }
 
 
@@ -69,7 +73,7 @@ def _table(obs: Observation) -> str:
         take = parse_proposal(message.text, counts)
         if take is not None:
             mine = take if message.role == obs.role else complement(counts, take)
-            return f"On the table, you take {_tags(list(mine), obs.private['items'])}."
+            return f"On the table, you take:\n<split>{_tags(list(mine), obs.private['items'])}"
     return "No offer is on the table."
 
 

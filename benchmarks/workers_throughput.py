@@ -1,0 +1,124 @@
+"""Cross-play on Ray worker processes (`crossplay --workers N`) against one worker, in one run:
+
+1. scripted CPU-bound matrix: episodes/s with 2 workers over 1 worker (target >= 1.7x on 2 cores),
+   with the one-process run (no Ray) beside them;
+2. API-bound against the fake OpenAI-compatible endpoint (ibrl_bench.testing.fake_openai, in its
+   own process) at --low and --high concurrent episodes: episodes/s with 2 workers over 1, and at
+   --low the ratio to the latency bound, concurrency / (model rounds per episode x latency).
+
+Runs are interleaved (one process, 1 worker, 2 workers, repeated) so a shared machine's load
+touches each alike; the median of --repeats is reported with the load average before and after.
+Rates are read two ways: `wall` over the whole run (Ray's worker processes start in every run, as
+in a user's command) and `playing`, from the moment the episodes began (Progress.playing_since:
+after the workers started and built their agents) to the end.
+
+    python benchmarks/workers_throughput.py [--scenarios 1000] [--repeats 3] [--latency-ms 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from endpoint_throughput import SPEC, start_endpoint
+
+from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
+from ibrl_bench.runner.workers import WorkerPlan
+
+SCRIPTED = {"policies": ["scripted:dealnodeal/boulware", "scripted:dealnodeal/tit_for_tat"],
+            "counterparts": ["scripted:dealnodeal/conceder", "scripted:dealnodeal/random"], "split": "train"}
+
+
+def measure(config: CrossplayConfig, workers: int | None) -> dict:
+    """One run of `config` in a fresh folder: wall and playing episodes/s, and rounds per episode."""
+    plan = WorkerPlan(workers=workers) if workers else None
+    with tempfile.TemporaryDirectory() as folder:
+        runner = Crossplay(config, folder, plan)
+        start, cpu = time.perf_counter(), time.process_time()
+        progress = asyncio.run(runner.run())
+        end, cpu = time.perf_counter(), time.process_time() - cpu
+        records = runner.store.records()
+    assert progress.done == runner.total() and progress.errors == 0
+    return {"wall": len(records) / (end - start), "playing": len(records) / (end - progress.playing_since),
+            "driver_cpu_ms_per_episode": cpu / len(records) * 1000,
+            "rounds_per_episode": sum(r.outcome.turns + 1 for r in records) / len(records)}
+
+
+def compare(config: CrossplayConfig, repeats: int, one_process: bool = True) -> dict:
+    kinds = {"one_process": None, "workers_1": 1, "workers_2": 2}
+    if not one_process:
+        kinds.pop("one_process")
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for _ in range(repeats):
+        for name, workers in kinds.items():
+            runs[name].append(measure(config, workers))
+    med = {name: {way: statistics.median(r[way] for r in rs) for way in ("wall", "playing")}
+           for name, rs in runs.items()}
+    out = {"episodes_per_s": {n: {w: round(v, 1) for w, v in m.items()} for n, m in med.items()},
+           "ratio_2_over_1_workers": {w: round(med["workers_2"][w] / med["workers_1"][w], 3) for w in ("wall", "playing")},
+           "rounds_per_episode": round(statistics.median(r["rounds_per_episode"] for rs in runs.values() for r in rs), 2),
+           # CPU of this process (the driver: the only one with no worker) per episode; with workers,
+           # 1 / this is the ceiling of the episodes/s that the driver alone allows.
+           "driver_cpu_ms_per_episode": {n: round(statistics.median(r["driver_cpu_ms_per_episode"] for r in rs), 3)
+                                         for n, rs in runs.items()},
+           "all_runs": {n: [{w: round(r[w], 1) for w in ("wall", "playing")} for r in rs] for n, rs in runs.items()}}
+    if one_process:
+        out["ratio_2_workers_over_one_process"] = {
+            w: round(med["workers_2"][w] / med["one_process"][w], 3) for w in ("wall", "playing")}
+    return out, med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", type=int, default=1000, help="scenarios of the scripted matrix (x8 episodes)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=50.0)
+    ap.add_argument("--low", type=int, default=16)
+    ap.add_argument("--high", type=int, default=256)
+    ap.add_argument("--skip-api", action="store_true")
+    args = ap.parse_args()
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # One Ray instance for every run (its start-up is paid once); its worker processes are started
+    # afresh in each run, as in a user's command.
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, logging_level="WARNING",
+             log_to_driver=False)
+    report = {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()}
+    scripted = CrossplayConfig(scenarios=args.scenarios, concurrency=16, **SCRIPTED)
+    report["scripted"], _ = compare(scripted, args.repeats)
+    report["scripted"]["episodes_per_run"] = 8 * args.scenarios
+    if not args.skip_api:
+        proc, url = start_endpoint(args.latency_ms)
+        try:
+            api = {"policies": [SPEC.format(model="fake", url=url)],
+                   "counterparts": [SPEC.format(model="fake-2", url=url)]}
+            for name, conc, scenarios in (("low", args.low, 8 * args.low), ("high", args.high, 2 * args.high)):
+                config = CrossplayConfig(scenarios=scenarios, concurrency=conc, **api)
+                level, med = compare(config, args.repeats, one_process=True)
+                level["episodes_per_run"] = 2 * scenarios
+                level["concurrency"] = conc
+                if name == "low":
+                    bound = conc / (level["rounds_per_episode"] * args.latency_ms / 1000)
+                    level["latency_bound_episodes_per_s"] = round(bound, 2)
+                    level["ratio_to_latency_bound"] = {n: {w: round(v / bound, 3) for w, v in m.items()}
+                                                       for n, m in med.items()}
+                report[f"api_{name}"] = level
+        finally:
+            proc.terminate()
+            proc.wait()
+    report["load_average_after"] = os.getloadavg()
+    ray.shutdown()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

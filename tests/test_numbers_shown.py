@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from ibrl_bench.cli import main
-from ibrl_bench.report.terminal import decimals
+from ibrl_bench.report.numbers import decimals
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 
 
@@ -79,12 +79,10 @@ def test_whole_points_stay_whole_and_points_keep_one_decimal(tmp_path, capsys):
 
 
 def test_a_value_that_rounds_to_zero_has_no_sign():
-    from ibrl_bench.report.html import fmt_iv
-    from ibrl_bench.report.terminal import fmt
+    from ibrl_bench.report.numbers import format_interval
     from ibrl_bench.stats.intervals import Interval
 
     iv = Interval(estimate=0.06, low=-0.001, high=0.11, method="t", confidence=0.95, n=20, n_clusters=20)
-    assert fmt(iv, percent=False, digits=2) == "0.06 [0.00-0.11]"
-    assert fmt_iv(iv) == "0.06 [0.00, 0.11]"
-    assert fmt_iv(Interval(estimate=-0.001, low=-0.02, high=0.02, method="t", confidence=0.95, n=20, n_clusters=20),
-                  signed=True) == "0.00 [-0.02, +0.02]"
+    assert format_interval(iv, digits=2) == "0.06 [0.00-0.11]"
+    assert format_interval(Interval(estimate=-0.001, low=-0.02, high=0.02, method="t", confidence=0.95, n=20,
+                                    n_clusters=20), signed=True) == "0.00 [-0.02, +0.02]"

@@ -84,6 +84,6 @@ def render(renderable, fmt: str) -> str:
 
 def cell_table(results, title: str, fmt: str) -> str:
     """The cell table of `show` in `fmt`, with its methods note."""
-    from ibrl_bench.report.terminal import cells_table, methods_note
+    from ibrl_bench.report.terminal import cells_note, cells_table
 
-    return render(Group(cells_table(results, title=title), Text(methods_note(results))), fmt)
+    return render(Group(cells_table(results, title=title), Text(cells_note(results))), fmt)

@@ -83,9 +83,17 @@ def cli() -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Play in N local worker processes (Ray; pip install 'ibrl-bench[ray]'); --concurrency is shared among them.")
 @click.option("--ray", "ray_address", metavar="ADDRESS", default=None, help="Play on the Ray cluster at ADDRESS (e.g. auto); one worker per CPU, or per GPU for local model seats, unless --workers says.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None, help="Response cache folder of model seats (default: the user's cache folder).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache: every model move is paid for.")
+@click.option("--budget-usd", type=Finite(0, min_open=True), default=None, help="Stop cleanly before this command pays more than this for model calls.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and its estimated tokens, cost and cache hits; play nothing.")
+@click.option("--pilot", type=click.Path(file_okay=False, exists=True), default=None, help="With --dry-run: a run folder to measure calls and tokens per episode from.")
+@click.option("--target-halfwidth", type=Finite(0, min_open=True), default=None, help="Add episodes in rounds (new scenarios, then seeds, up to --scenarios x --seeds) to cells whose interval is wider than this (docs/statistics.md).")
+@click.option("--target-metric", default=None, metavar="NAME", help="The metric --target-halfwidth narrows (default success_at_1).")
 @interrupt_hint(RESUME_RUN)
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
-              concurrency, retries, move_timeout, fail_on_error, workers, ray_address, out, quiet) -> None:
+              concurrency, retries, move_timeout, fail_on_error, workers, ray_address, out, quiet, cache_dir, no_cache,
+              budget_usd, dry_run, pilot, target_halfwidth, target_metric) -> None:
     """Run the cross-play matrix: policies x counterparts x roles x scenarios x seeds.
 
     With no arguments: a demo matrix of scripted policies against the scripted held-out panel.
@@ -96,19 +104,31 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
     matrix = resolve_matrix(
         domain, list(policies), list(counterparts), list(panels), list(roles), split=split, scenarios=scenarios,
         contexts_file=contexts, seeds=seeds, max_turns=max_turns, concurrency=concurrency, retries=retries,
-        move_timeout=move_timeout, fail_on_error=fail_on_error,
+        move_timeout=move_timeout, fail_on_error=fail_on_error, cache=not no_cache, cache_dir=cache_dir,
+        budget_usd=budget_usd, target_halfwidth=target_halfwidth, target_metric=target_metric,
     )
+    if pilot and not dry_run:
+        raise UserError("--pilot goes with --dry-run (it measures what a run will cost); add --dry-run")
     if matrix.demo:
         err_console.print(f"[dim]{matrix.demo}[/dim]")
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
     out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    if dry_run:
+        from ibrl_bench.runner.dryrun import dry_run_report
+
+        table, lines = dry_run_report(matrix.config, Path(out), pilot)
+        console.print(table)
+        for line in lines:
+            console.print(line, highlight=False)
+        return
     from ibrl_bench.runner.workers import plan
 
     _run_crossplay(matrix.config, Path(out), quiet, plan(workers, ray_address))
 
 
 def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
+    from ibrl_bench.runner.adaptive import planned, play_matrix, print_adaptive
     from ibrl_bench.runner.crossplay import Crossplay, RunAborted
 
     runner = Crossplay(config, out, workers)
@@ -138,7 +158,7 @@ def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
     aborted: RunAborted | None = None
     with bar:
         try:
-            asyncio.run(runner.run(on_progress))
+            asyncio.run(play_matrix(runner, on_progress))  # with --target-halfwidth, in rounds
         except RunAborted as e:
             aborted = e
         except KeyboardInterrupt:
@@ -148,9 +168,12 @@ def _run_crossplay(config, out: Path, quiet: bool, workers=None) -> None:
                 bar.live.transient = True
     if aborted and not runner.store.manifest_path.exists():
         raise aborted  # stopped before its first episode: the run left nothing behind
-    results = runner.results()
+    n_planned, adaptive = planned(runner)
+    results = runner.results(n_planned)
     runner.store.write_results(results)
     _print_results(results, out)
+    if adaptive:
+        print_adaptive(adaptive, console)
     if aborted:
         raise aborted
 
@@ -162,10 +185,12 @@ def _print_results(results, out: Path) -> None:
     console.print(cells_table(results, title=title, width=console.width))
     console.print(f"[dim]{escape(cells_note(results))}[/dim]")
     seats = [u for c in results.cells for u in c.usage.values()]
-    if any(u.prompt_tokens or u.completion_tokens for u in seats):
+    if any(u.prompt_tokens or u.completion_tokens or u.cache_hits for u in seats):
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
         cost = sum(u.cost_usd for u in seats)
-        console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} "
+        hits = sum(u.cache_hits for u in seats)
+        cached = f"; {hits:,} replies from the cache (${sum(u.saved_usd for u in seats):.4f} not paid again)" if hits else ""
+        console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} paid{cached} "
                       "(per cell and seat in results.json)", highlight=False)
     n_err = sum(c.n_errors for c in results.cells)
     if n_err:

@@ -17,9 +17,20 @@ from ibrl_bench.domains.base import Observation
 
 
 class Usage(BaseModel):
+    """Tokens and cost of paid model calls, and apart from them the replies served from the
+    response cache (runner/cache.py), which cost nothing: `cost_usd` is what was paid."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    calls: int = 0  # paid model calls (counted by the runner; 0 where it did not meter the seat)
+    cache_hits: int = 0  # replies served from the response cache
+    cached_tokens: int = 0  # prompt + completion tokens of those replies, not paid again
+    saved_usd: float = 0.0  # what those replies cost when they were first paid for
+
+    def add(self, other: Usage) -> None:
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Trace(BaseModel):

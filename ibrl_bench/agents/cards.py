@@ -24,6 +24,16 @@ from ibrl_bench.yaml_files import read_yaml
 Backend = Literal["openai", "litellm", "hf", "vllm", "scripted"]
 
 
+class Prices(BaseModel):
+    """What the provider charged, in USD per million tokens, on the date it was read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+    as_of: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$")  # the date the prices were read (YYYY-MM-DD)
+
+
 class Card(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,7 +46,10 @@ class Card(BaseModel):
     base_url: str | None = None
     key_env: str | None = None  # the NAME of the variable that holds the key
     params: dict[str, Any] = {}  # generation and transport parameters of the backend
-    pricing: dict[str, float] = {}  # input_per_mtok, output_per_mtok (USD), where known
+    pricing: dict[str, float] = {}  # input_per_mtok, output_per_mtok (USD), where known; `prices` is preferred
+    # The provider's prices with their date: what cost estimates and budgets use. Prices change
+    # without the model changing, so they stay out of the card's hash, as `fidelity` does.
+    prices: Prices | None = None
     prompt_versions: dict[str, str] = {}  # domain -> the prompt version this card is pinned to
     domains: list[str]
     roles: dict[str, list[str]] = {}  # domain -> roles it may play; a domain not listed: any
@@ -53,7 +66,7 @@ class Card(BaseModel):
 
     @property
     def hash(self) -> str:
-        return content_hash(self.model_dump(mode="json", exclude={"fidelity"}))
+        return content_hash(self.model_dump(mode="json", exclude={"fidelity", "prices"}))
 
     def spec(self) -> str:
         """The backend spec this card stands for (no key: only the variable's name)."""
@@ -61,10 +74,11 @@ class Card(BaseModel):
         if self.backend in ("openai", "litellm"):
             if self.key_env or self.backend == "openai":
                 params["key_env"] = self.key_env or "none"
-            if self.pricing.get("input_per_mtok"):
-                params["price_in"] = self.pricing["input_per_mtok"]
-            if self.pricing.get("output_per_mtok"):
-                params["price_out"] = self.pricing["output_per_mtok"]
+            prices = self.prices.model_dump() if self.prices is not None else self.pricing
+            if prices.get("input_per_mtok"):
+                params["price_in"] = prices["input_per_mtok"]
+            if prices.get("output_per_mtok"):
+                params["price_out"] = prices["output_per_mtok"]
         target = self.model + (f"@{self.base_url}" if self.base_url else "")
         query = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
         return f"{self.backend}:{target}" + (f"?{query}" if query else "")

@@ -31,7 +31,9 @@ from ibrl_bench.agents.spec import MODEL_KINDS, Seat, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
 from ibrl_bench.errors import FatalAgentError, UserError
+from ibrl_bench.runner.budget import Budget, BudgetReached
 from ibrl_bench.runner.episode import play_episode
+from ibrl_bench.runner.metering import Metering
 from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
 
 if TYPE_CHECKING:
@@ -53,6 +55,11 @@ class CrossplayConfig(BaseModel):
     move_timeout: float | None = Field(120.0, gt=0)
     fail_on_error: float = Field(0.2, ge=0, le=1)  # stop when this share of episodes errs
     min_episodes_for_fail: int = Field(10, ge=1)
+    cache: bool = True  # replies of model seats from/to the response cache (runner/cache.py)
+    cache_dir: str | None = None  # None: the user's cache folder
+    budget_usd: float | None = Field(None, gt=0)  # what this command may pay for model calls
+    target_halfwidth: float | None = Field(None, gt=0)  # adaptive sampling (runner/adaptive.py)
+    target_metric: str | None = None  # the metric whose interval it narrows (default success_at_1)
 
     @field_validator("policies", "counterparts")
     @classmethod
@@ -141,6 +148,10 @@ class Crossplay:
         # Built before the run folder is touched, so a bad spec or plugin leaves nothing behind.
         self.seats = self._build_seats()
         self._check_card_roles()
+        if workers is not None and config.budget_usd is not None:
+            raise UserError("--budget-usd is kept by one process; drop --workers/--ray to run with a budget")
+        # One budget for the whole command, however many rounds of episodes it plays.
+        self.budget = Budget(config.budget_usd) if config.budget_usd is not None else None
 
     def _scenarios(self) -> ScenarioSet:
         if self.config.contexts_file:
@@ -231,17 +242,28 @@ class Crossplay:
     def total(self) -> int:
         return planned_episodes(self.manifest().identity)
 
-    def results(self):
-        """The cell results of what the run folder holds now (stats.matrix.Results)."""
+    def results(self, n_planned: int | None = None):
+        """The cell results of what the run folder holds now (stats.matrix.Results), against
+        `n_planned` episodes (default: the whole matrix; an adaptive run plans fewer)."""
         from ibrl_bench.stats.matrix import summarize
 
         m = self.manifest()
         return summarize(self.store.latest().values(), domain=m.domain, scenario_set=m.scenario_set,
-                         n_planned=planned_episodes(m.identity), identity=m.identity)
+                         n_planned=planned_episodes(m.identity) if n_planned is None else n_planned,
+                         identity=m.identity)
 
-    async def run(self, on_progress: Callable[[Progress], None] | None = None) -> Progress:
-        done = self.store.open(self.manifest())
-        pending = [job for job in self.jobs() if job.key not in done]
+    async def run(self, on_progress: Callable[[Progress], None] | None = None,
+                  jobs: list[Job] | None = None, close_agents: bool = True) -> Progress:
+        """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones. A caller
+        that plays several parts in turn keeps the agents open (`close_agents=False`) and closes
+        them after the last (`aclose_agents`)."""
+        metering = Metering.open(self.config, self.domain, self.budget)  # a cache that cannot open stops before the folder is made
+        try:
+            done = self.store.open(self.manifest())
+        except BaseException:
+            metering.close()
+            raise
+        pending = [job for job in (self.jobs() if jobs is None else jobs) if job.key not in done]
         progress = Progress(total=self.total(), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)
@@ -276,22 +298,28 @@ class Crossplay:
                 await play_on_workers(self, pending, tally, abort, progress)
             else:
                 progress.playing_since = time.perf_counter()
-                await self._play_here(pending, tally, abort)
+                await self._play_here(pending, tally, abort, metering.seats(self.seats))
         except BaseException:
             self.store.discard_if_unused()  # a run that failed before its first episode leaves nothing
             raise
         finally:
             self.store.close()
-            await asyncio.gather(*(s.agent.aclose() for s in self.seats.values()), return_exceptions=True)
+            if close_agents:
+                await self.aclose_agents()
+            metering.close()
             if abort:
                 self.store.discard_if_unused()
         if abort:
+            if isinstance(abort[0], BudgetReached):  # said with what was spent once the cut episodes settled
+                raise RunAborted(self.budget.stop_line())
             raise abort[0]
         return progress
 
-    async def _play_here(self, pending: list[Job], tally, abort: list[BaseException]) -> None:
-        """Play `pending` in this process's event loop, `concurrency` at a time."""
-        seats = self.seats
+    async def aclose_agents(self) -> None:
+        await asyncio.gather(*(s.agent.aclose() for s in self.seats.values()), return_exceptions=True)
+
+    async def _play_here(self, pending: list[Job], tally, abort: list[BaseException], seats: dict[str, Seat]) -> None:
+        """Play `pending` in this process's event loop, `concurrency` at a time, on `seats` (metered)."""
         queue: asyncio.Queue[Job] = asyncio.Queue()
         for job in pending:
             queue.put_nowait(job)

@@ -37,9 +37,7 @@ class EpisodeResult:
             u = Usage()
             for r in replies:
                 if r.usage:
-                    u.prompt_tokens += r.usage.prompt_tokens
-                    u.completion_tokens += r.usage.completion_tokens
-                    u.cost_usd += r.usage.cost_usd
+                    u.add(r.usage)
             totals[role] = u
         return totals
 

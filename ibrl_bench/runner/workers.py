@@ -171,6 +171,11 @@ class _Worker:
             # again, up to DEATHS times); the message lands in the worker's log.
             self.watchdog = watchdog.LoopWatchdog(self.runner.config.move_timeout)
             await self.watchdog.__aenter__()
+            from ibrl_bench.runner.metering import Metering
+
+            # Model seats answer from the response cache here too (one sqlite file shared by the
+            # processes of this machine); a budget is refused with workers (runner/crossplay.py).
+            self.seats = Metering.open(self.runner.config, self.runner.domain, None).seats(self.runner.seats)
         return os.getpid(), self.broken
 
     async def play(self, jobs: list[Job]) -> tuple[list[tuple[str, str, str | None, str]], BaseException | None]:
@@ -183,7 +188,7 @@ class _Worker:
 
         async def one(job: Job):
             async with self.slots:
-                return await runner._play(job, runner.seats)
+                return await runner._play(job, self.seats)
 
         tasks = [asyncio.ensure_future(one(job)) for job in jobs]
         out, fatal = [], None

@@ -146,10 +146,7 @@ def cell_usage(records: list[EpisodeRecord]) -> dict[tuple[str, str, str], dict[
     for r in records:
         seats = totals.setdefault((r.policy, r.counterpart, r.policy_role), {"policy": Usage(), "counterpart": Usage()})
         for role, u in r.usage.items():
-            t = seats["policy" if role == r.policy_role else "counterpart"]
-            t.prompt_tokens += u.prompt_tokens
-            t.completion_tokens += u.completion_tokens
-            t.cost_usd += u.cost_usd
+            seats["policy" if role == r.policy_role else "counterpart"].add(u)
     return totals
 
 
@@ -164,6 +161,8 @@ def cells_frame(results: Results) -> pd.DataFrame:
             row[f"{seat}_prompt_tokens"] = u.prompt_tokens
             row[f"{seat}_completion_tokens"] = u.completion_tokens
             row[f"{seat}_cost_usd"] = round(u.cost_usd, 6)
+            row[f"{seat}_calls"] = u.calls
+            row[f"{seat}_cache_hits"] = u.cache_hits
         row["confidence"] = results.confidence
         for name, iv in cell.metrics.items():
             row[name] = iv.estimate

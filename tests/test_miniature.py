@@ -59,6 +59,19 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
     # A repeated command reuses every finished stage.
     again = miniature.run(config)
     assert [s.status for s in again] == ["reused"] * len(PIPELINE)
+    # Another RL rollout temperature keeps the SFT model and the gate (played at `temperature`) and
+    # trains anew from the RL stages on; the evaluation still plays every policy at `temperature`.
+    sft_model = (out / "sft/checkpoint/model.safetensors").stat().st_mtime_ns
+    hotter = {s.name: s for s in miniature.run(config.model_copy(update={"rl_temperature": 0.7}))}
+    assert [hotter[name].status for name in PIPELINE] == ["reused"] * 3 + ["ran"] * (len(PIPELINE) - 3)
+    assert (out / "sft/checkpoint/model.safetensors").stat().st_mtime_ns == sft_model
+    assert hotter["gate"].result["temperature"] == 1.0
+    for name in ("ibrl", "unilateral-sft", "unilateral-boulware"):
+        assert hotter[name].result["temperature"] == 0.7, name
+    assert "temperature=0.7" in hotter["unilateral-sft"].result["counterpart"]  # the frozen partner samples too
+    manifest = (out / "crossplay/run/manifest.json").read_text()
+    assert "temperature=1&" in manifest and "temperature=0.7" not in manifest
+    assert "Rollouts (both roles, and the frozen SFT partner) at temperature 0.7" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

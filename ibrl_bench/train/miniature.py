@@ -13,7 +13,8 @@ Stages, in order; each writes OUT/<stage>/ and its line of OUT/summary.json (wal
                        RL methods start with) and against boulware: if invalid > max_invalid or
                        own reward > 0 in fewer than min_paying of the self-play episodes, the run
                        stops here, with the numbers
-  ibrl                 both roles from the SFT checkpoint                               train.ibrl
+  ibrl                 both roles from the SFT checkpoint, rollouts at `rl_temperature` (default:
+                       `temperature`, which the gate and cross-play use)              train.ibrl
   unilateral-sft       role `unilateral_role` against the frozen SFT copy (primary)
   unilateral-boulware  the same role against scripted boulware (secondary)        train.unilateral
                        (the same steps, scenarios and group size as IB-RL: the same episodes per
@@ -57,7 +58,7 @@ STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-bo
 # when these are unchanged (so a new RL setting does not rebuild the transcripts and the SFT model).
 READS = {"transcripts": ["negotiators", "transcript_scenarios", "max_turns", "heldout"],
          "sft": ["sft", "prompt", "max_new_tokens", "max_length", "seed"], "gate": ["gate", "temperature"],
-         "ibrl": ["rl"], "unilateral-sft": ["unilateral_role"], "unilateral-boulware": [],
+         "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role"], "unilateral-boulware": [],
          "crossplay": ["eval_scenarios"], "mismatch": [], "report": ["learning_window"]}
 BOULWARE = "scripted:dealnodeal/boulware?terse=true"
 HELDOUT = ["scripted:dealnodeal/conceder?terse=true", "scripted:dealnodeal/hardliner?terse=true",
@@ -86,7 +87,10 @@ class MiniatureConfig(BaseModel):
     max_turns: int = Field(6, ge=2)
     max_new_tokens: int = Field(24, ge=1)
     max_length: int = Field(256, ge=16)
-    temperature: float = Field(1.0, gt=0)  # rollouts, the gate and the cross-play evaluation
+    temperature: float = Field(1.0, gt=0)  # the gate and the cross-play evaluation (and the rollouts, by default)
+    # The RL rollouts' own temperature (both roles and the frozen SFT partner), so that the groups
+    # explore while the gate and the evaluation play as the model is meant to; None: `temperature`.
+    rl_temperature: float | None = Field(None, gt=0)
     sft: dict[str, Any] = Field(default_factory=dict)
     gate: GateOptions = Field(default_factory=GateOptions)
     rl: dict[str, Any] = Field(default_factory=dict)
@@ -165,9 +169,10 @@ def _write_summary(out: Path, stages: list[Stage]) -> None:
 # -- specs ---------------------------------------------------------------------------------------
 
 
-def model_spec(folder: str, config: MiniatureConfig) -> str:
-    """How a miniature checkpoint plays: its prompt, the rollout temperature, the move length."""
-    return (f"hf:{Path(folder).resolve()}?prompt={config.prompt}&temperature={config.temperature:g}"
+def model_spec(folder: str, config: MiniatureConfig, temperature: float | None = None) -> str:
+    """How a miniature checkpoint plays: its prompt, the temperature (the evaluation's unless
+    given), the move length."""
+    return (f"hf:{Path(folder).resolve()}?prompt={config.prompt}&temperature={temperature or config.temperature:g}"
             f"&max_new_tokens={config.max_new_tokens}&batch_size=64&device=cpu")
 
 
@@ -239,10 +244,14 @@ def gate(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[s
     return result
 
 
+def rl_temperature(config: MiniatureConfig) -> float:
+    return config.rl_temperature or config.temperature
+
+
 def _rl_fields(config: MiniatureConfig, state: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"kl_coef": 0.04, "lr": 1e-4, "micro_batch_size": 32, "rollout_batch_size": 64, **config.rl,
             "model": {"model": f"hf:{state['sft']['checkpoint']}", "device": "cpu"}, "domain": DOMAIN,
-            "split": "train", "out": str(out), "prompt": config.prompt, "temperature": config.temperature,
+            "split": "train", "out": str(out), "prompt": config.prompt, "temperature": rl_temperature(config),
             "max_new_tokens": config.max_new_tokens, "max_length": config.max_length, "max_turns": config.max_turns,
             "seed": config.seed}
 
@@ -254,7 +263,7 @@ def ibrl(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[s
     rl = trainer.IBRLConfig(**_rl_fields(config, state, folder))
     with StepLog(folder, rl.steps, "ibrl", quiet=True) as log:
         specs = trainer.run(rl, log)
-    return {"checkpoints": {role: _folder(spec) for role, spec in specs.items()}}
+    return {"checkpoints": {role: _folder(spec) for role, spec in specs.items()}, "temperature": rl.temperature}
 
 
 def _unilateral(counterpart: str) -> Callable[[MiniatureConfig, Path, dict[str, Any]], dict[str, Any]]:
@@ -262,12 +271,16 @@ def _unilateral(counterpart: str) -> Callable[[MiniatureConfig, Path, dict[str, 
         from ibrl_bench.train import unilateral as trainer
         from ibrl_bench.train.steplog import StepLog
 
-        partner = model_spec(state["sft"]["checkpoint"], config) if counterpart == "sft" else counterpart
+        # The frozen SFT partner samples as IB-RL's partner does in training (the RL temperature);
+        # cross-play then plays every policy against it at the evaluation temperature.
+        partner = (model_spec(state["sft"]["checkpoint"], config, rl_temperature(config)) if counterpart == "sft"
+                   else counterpart)
         rl = trainer.UnilateralConfig(**_rl_fields(config, state, folder), role=config.unilateral_role,
                                       counterpart=partner)
         with StepLog(folder, rl.steps, "unilateral", quiet=True) as log:
             specs = trainer.run(rl, log)
-        return {"checkpoint": _folder(specs[config.unilateral_role]), "counterpart": partner}
+        return {"checkpoint": _folder(specs[config.unilateral_role]), "counterpart": partner,
+                "temperature": rl.temperature}
 
     return stage
 

@@ -145,7 +145,9 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
              f"SFT policy at temperature {g['temperature']:g}; gate: invalid <= {g['max_invalid']:.0%} and own reward > 0 "
              f"in >= {g['min_paying']:.0%} of self-play episodes: **{'passed' if g['passed'] else 'failed'}**.", "",
              *gate_table(g)]
+    rl_temperature = config.rl_temperature or config.temperature
     lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
+              f"Rollouts (both roles, and the frozen SFT partner) at temperature {rl_temperature:g}.", "",
               "| run | role | first | last | last - first [95% CI] | learned |", "|---|---|---|---|---|---|"]
     for e in gates:
         ci = "n/a" if e["low"] is None else f"{e['difference']:+.2f} [{e['low']:+.2f}, {e['high']:+.2f}]"

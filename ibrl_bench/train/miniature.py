@@ -43,8 +43,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -190,7 +191,8 @@ def _crossplay(folder: Path, **fields: Any) -> Any:
     runner = Crossplay(CrossplayConfig(domain=DOMAIN, retries=0, concurrency=64, **fields), folder)
     progress = asyncio.run(runner.run())
     if progress.errors:
-        raise UserError(f"{progress.errors} episodes of {folder} failed (infrastructure errors); see its episodes.jsonl")
+        raise UserError(f"{progress.errors} episodes of {folder} failed (infrastructure errors); "
+                        "see its episodes.jsonl")
     return load_run(folder).episodes
 
 

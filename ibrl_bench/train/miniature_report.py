@@ -112,7 +112,8 @@ def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dic
                       "invalid": ("rate", cells["status"] == "invalid")}
             for metric, (kind, series) in values.items():
                 iv = interval_of(kind, series.to_numpy(dtype=float), scenarios)
-                row[f"{column}_{metric}"] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high, "method": iv.method}
+                row[f"{column}_{metric}"] = {"estimate": iv.estimate, "low": iv.low, "high": iv.high,
+                                             "method": iv.method}
         rows.append(row)
     return rows
 
@@ -127,7 +128,8 @@ def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
 
 def gate_table(gate: dict[str, Any]) -> list[str]:
     """The warm-start gate's numbers per partner, as markdown table lines."""
-    lines = ["| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |", "|---|---|---|---|---|---|"]
+    lines = ["| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |",
+             "|---|---|---|---|---|---|"]
     for name in ("self_play", "boulware"):
         n = gate[name]
         lines.append(f"| {name} | {n['episodes']} | {n['invalid']:.1%} | {n['paying']:.1%} | {n['agreement']:.1%} | "
@@ -142,7 +144,8 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
     role = config.unilateral_role
     lines = ["# Miniature: results", "",
              "## Warm-start gate (before any RL)", "",
-             f"SFT policy at temperature {g['temperature']:g}; gate: invalid <= {g['max_invalid']:.0%} and own reward > 0 "
+             f"SFT policy at temperature {g['temperature']:g}; gate: invalid <= {g['max_invalid']:.0%} "
+             "and own reward > 0 "
              f"in >= {g['min_paying']:.0%} of self-play episodes: **{'passed' if g['passed'] else 'failed'}**.", "",
              *gate_table(g)]
     rl_temperature = config.rl_temperature or config.temperature
@@ -153,12 +156,14 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
         ci = "n/a" if e["low"] is None else f"{e['difference']:+.2f} [{e['low']:+.2f}, {e['high']:+.2f}]"
         lines.append(f"| {e['run']} | {e['role']} | {e['first']:.2f} | {e['last']:.2f} | {ci} | "
                      f"{'yes' if e['learned'] else '**did not learn**'} |")
-    lines += ["", f"Interval: {gates[0]['method'] if gates else ''}; window {gates[0]['window'] if gates else ''} steps.",
+    method, window = (gates[0]["method"], gates[0]["window"]) if gates else ("", "")
+    lines += ["", f"Interval: {method}; window {window} steps.",
               "", f"![learning curves]({curves_path.name})", "",
               f"## Cross-play (test split, role {role}, temperature {config.temperature:g})", "",
               "Own score (0-10) and agreement; held-out = mean over the held-out panel per game; intervals: "
               "cluster bootstrap over scenarios, 95%.", "",
-              "| method | learned | score vs held-out | score vs own partner | agreement vs held-out | invalid vs held-out |",
+              "| method | learned | score vs held-out | score vs own partner | agreement vs held-out "
+              "| invalid vs held-out |",
               "|---|---|---|---|---|---|"]
     for r in rows:
         key = {"IB-RL": ("IB-RL", role), "unilateral vs SFT": ("unilateral vs SFT", role),

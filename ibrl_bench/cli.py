@@ -210,13 +210,21 @@ def _print_results(results, out: Path) -> None:
 
 @cli.command()
 @click.argument("run", type=click.Path(file_okay=False))
-def show(run: str) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "latex"]), default="table", show_default=True,
+              help="The cell table as shown, as CSV, or as LaTeX (for a paper).")
+def show(run: str, fmt: str) -> None:
     """Print the cell table of a run (recomputed from its episodes if it did not finish)."""
     from ibrl_bench.runs import Run
 
     r = Run(run)
     if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
         r.store.write_results(r.results)  # recomputed from the episodes
+    if fmt != "table":
+        from ibrl_bench.report.export import cell_table
+
+        click.echo(cell_table(r.results, f"{r.results.domain} · {r.results.scenario_set.get('split')} split · {run}",
+                              fmt), nl=False)
+        return
     _print_results(r.results, Path(run))
 
 
@@ -387,18 +395,20 @@ _metric_option = click.option("--metric", default="success_at_1", show_default=T
 _role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
 _confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+_format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "latex"]), default="table",
+                              show_default=True, help="Print the tables as shown, as CSV, or as LaTeX (for a paper).")
 
 
-def _open_run(path: str, roles: tuple[str, ...] = (), every_cell: str | None = None):
-    """The run and its episode table, narrowed to `roles`. With `every_cell` (the command's name),
-    a run that lacks a scored episode in some cell of its matrix is refused rather than ranked
-    without it. An unfinished run is named in a note on stderr."""
-    from ibrl_bench.runs import Run
+def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_cell: str | None = None):
+    """The run (several folders of the same games read as one) and its episode table, narrowed to
+    `roles`. With `every_cell` (the command's name), a run that lacks a scored episode in some cell
+    of its matrix is refused rather than ranked without it. An unfinished run is named in a note on stderr."""
+    from ibrl_bench.runs import open_runs
 
-    run = Run(path)
+    run = open_runs([paths] if isinstance(paths, str) else paths)
     frame = run.frame
     if frame.empty:
-        raise UserError(f"{path} holds no finished episode yet; run crossplay first")
+        raise UserError(f"{run.name} holds no finished episode yet; run crossplay first")
     for role in roles:
         if role not in set(frame["policy_role"]):
             raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
@@ -416,16 +426,22 @@ def _open_run(path: str, roles: tuple[str, ...] = (), every_cell: str | None = N
     return run, frame
 
 
-def _emit(result, renderable, as_json: bool) -> None:
+def _emit(result, renderable, as_json: bool, fmt: str = "table") -> None:
+    if as_json and fmt != "table":
+        raise UserError(f"--json and --format {fmt} both choose the output; give one of them")
     if as_json:
         click.echo(result.model_dump_json(indent=2) if hasattr(result, "model_dump_json")
                    else json.dumps([r.model_dump() for r in result], indent=2))
+    elif fmt != "table":
+        from ibrl_bench.report.export import render
+
+        click.echo(render(renderable, fmt), nl=False)
     else:
         console.print(renderable)
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @click.argument("a")
 @click.argument("b")
 @click.option("--kind", type=click.Choice(["policy", "counterpart"]), default=None,
@@ -436,10 +452,12 @@ def _emit(result, renderable, as_json: bool) -> None:
 @click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also test equivalence (TOST): is |A - B| smaller than this margin?")
 @_json_option
-def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None:
+@_format_option
+def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json, fmt) -> None:
     """A minus B on the same games: paired by scenario, seed, role and opponent.
 
-    A and B are two policies (or two counterparts) of the run, by spec or short name. Prints the
+    A and B are two policies (or two counterparts) of the run, by spec or short name; several run
+    folders of the same games are read as one run. Prints the
     difference with a paired interval over scenarios and the p-value of that interval inverted (they
     always agree), overall and per cell, with Holm-adjusted p-values across the cells.
     """
@@ -447,7 +465,7 @@ def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None
     from ibrl_bench.runs import resolve
     from ibrl_bench.stats.paired import compare as compare_stats
 
-    r, frame = _open_run(run, roles)
+    r, frame = _open_run(runs, roles)
     if kind is None:
         in_p = [x for x in (a, b) if _resolves(x, r.policies)]
         in_c = [x for x in (a, b) if _resolves(x, r.counterparts)]
@@ -458,7 +476,7 @@ def compare(run, a, b, kind, metric, roles, confidence, margin, as_json) -> None
     choices = r.policies if kind == "policy" else r.counterparts
     a, b = resolve(a, choices, kind), resolve(b, choices, kind)
     result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence, margin=margin)
-    _emit(result, tables.comparison(result), as_json)
+    _emit(result, tables.comparison(result), as_json, fmt)
 
 
 def _resolves(name: str, choices: list[str]) -> bool:
@@ -472,7 +490,7 @@ def _resolves(name: str, choices: list[str]) -> bool:
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @click.option("--method", "methods", multiple=True, nargs=2, metavar="P C",
               help="A policy and the counterpart it trained against; repeatable, one per method compared.")
 @click.option("--policy", "policies", multiple=True, metavar="P", help="Policy trained against --train-counterpart; repeatable.")
@@ -489,8 +507,9 @@ def _resolves(name: str, choices: list[str]) -> bool:
 @_role_option
 @_confidence_option
 @_json_option
-def mismatch(run, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
-             roles, confidence, as_json) -> None:
+@_format_option
+def mismatch(runs, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
+             roles, confidence, as_json, fmt) -> None:
     """Static-counterpart mismatch, and method vs method.
 
     Each method's gap (score against its training counterpart minus the held-out panel, paired by
@@ -502,7 +521,7 @@ def mismatch(run, methods, policies, train_counterpart, heldout, reference, view
     from ibrl_bench.report import tables
     from ibrl_bench.stats.mismatch import mismatch_many
 
-    r, frame = _open_run(run, roles)
+    r, frame = _open_run(runs, roles)
     if policies and not train_counterpart:
         raise UserError("--policy needs --train-counterpart C (or give each method as --method P C)")
     pairs = [(r.resolve(p, "policy"), r.resolve(c, "counterpart")) for p, c in methods]
@@ -515,23 +534,26 @@ def mismatch(run, methods, policies, train_counterpart, heldout, reference, view
     result = mismatch_many(frame, methods=pairs, reference=ref, heldout=held, metric=metric, confidence=confidence,
                            view=view, margin=margin, include_train_in_panel=include_train_in_panel,
                            identities=identities)
-    _emit(result, tables.mismatch(result), as_json)
+    _emit(result, tables.mismatch(result), as_json, fmt)
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @_metric_option
 @_role_option
 @_confidence_option
 @_json_option
-def rank(run, metric, roles, confidence, as_json) -> None:
-    """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM)."""
+@_format_option
+def rank(runs, metric, roles, confidence, as_json, fmt) -> None:
+    """Rank the policies over the matrix: uniform mean, Nash averaging, normalized score (IQM).
+
+    Several run folders of the same games are read as one run (their matrices joined)."""
     from ibrl_bench.report import tables
     from ibrl_bench.stats.ranking import rankings
 
-    _, frame = _open_run(run, roles, every_cell="rank")
+    _, frame = _open_run(runs, roles, every_cell="rank")
     result = rankings(frame, metric=metric, confidence=confidence)
-    _emit(result, tables.rankings(result), as_json)
+    _emit(result, tables.rankings(result), as_json, fmt)
 
 
 @cli.command()
@@ -540,7 +562,8 @@ def rank(run, metric, roles, confidence, as_json) -> None:
 @_role_option
 @_confidence_option
 @_json_option
-def passk(run, metric, roles, confidence, as_json) -> None:
+@_format_option
+def passk(run, metric, roles, confidence, as_json, fmt) -> None:
     """pass@k and pass^k of every cell, over the seeds of each scenario (runs with --seeds > 1)."""
     from ibrl_bench.report import tables
     from ibrl_bench.stats.passk import passk_table
@@ -549,7 +572,7 @@ def passk(run, metric, roles, confidence, as_json) -> None:
     if frame.groupby(["policy", "counterpart", "policy_role", "scenario_id"]).size().max() < 2:
         raise UserError(f"{run} has one seed per scenario; pass@k needs a run with --seeds 2 or more")
     result = passk_table(frame, metric=metric, confidence=confidence)
-    _emit(result, tables.passk(result), as_json)
+    _emit(result, tables.passk(result), as_json, fmt)
 
 
 def _int_list(ctx, param, value: str) -> list[int]:
@@ -578,8 +601,9 @@ def _int_list(ctx, param, value: str) -> list[int]:
 @click.option("--domain", default="dealnodeal", show_default=True, help="Domain whose split caps the scenarios (with --from: the run's).")
 @click.option("--split", default="test", show_default=True, help="Split whose size caps the scenarios (with --from: the run's).")
 @_json_option
+@_format_option
 def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, domain, split,
-         as_json) -> None:
+         as_json, fmt) -> None:
     """How many scenarios and seeds detect a difference of DELTA between two policies.
 
     From clustered standard errors (Miller 2024, "Adding Error Bars to Evals"): give --rate and
@@ -608,29 +632,34 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
     max_scenarios = len(get_domain(domain).scenario_set(split).scenarios)
     result = pw.plan(delta, components, seeds, alpha=alpha, power=power, paired=not unpaired,
                      max_scenarios=max_scenarios)
-    _emit(result, tables.plan(result), as_json)
+    _emit(result, tables.plan(result), as_json, fmt)
 
 
 @cli.command()
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @_metric_option
 @click.option("--train-counterpart", default=None, metavar="C", help="Add a detailed mismatch section for this training counterpart.")
 @click.option("--policy", "policies", multiple=True, metavar="P", help="Policies trained against --train-counterpart (default: all).")
 @click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
-@click.option("--out", default=None, type=click.Path(dir_okay=False), help="Where to write the report (default RUN/report.html).")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the report (default RUN/report.html; with several runs, required).")
 @click.option("--scale", type=click.Choice(["full", "data"]), default="full", show_default=True,
               help="Colours of rates: on 0-100% (full), or on the span of the data (tells high rates apart).")
-def report(run, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
-    """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png."""
-    from ibrl_bench.report.html import ReportOptions, write_report
-    from ibrl_bench.runs import Run
+def report(runs, metric, train_counterpart, policies, reference, max_episodes, out, scale) -> None:
+    """Write a self-contained report.html (heatmap, cells, rankings, mismatch, transcripts) and heatmap.png.
 
+    Several run folders of the same games make one report (give --out)."""
+    from ibrl_bench.report.html import ReportOptions, write_report
+    from ibrl_bench.runs import open_runs
+
+    if len(runs) > 1 and out is None:
+        raise UserError("a report of several runs needs --out FILE.html (it belongs to none of their folders)")
     # A run of 100,000 episodes takes a while: the stage in progress is shown on a terminal.
     with err_console.status("report: reading the run") as status:
-        r = Run(run)
+        r = open_runs(runs)
         if r.frame.empty:
-            raise UserError(f"{run} holds no finished episode yet; run crossplay first")
+            raise UserError(f"{r.name} holds no finished episode yet; run crossplay first")
         options = ReportOptions(
             metric=metric,
             train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,
@@ -646,7 +675,29 @@ def report(run, metric, train_counterpart, policies, reference, max_episodes, ou
         err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
     console.print(f"report: {html_path}\nheatmap: {png_path}", highlight=False)
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class _TrainCommand(click.Command):
+    """`train METHOD --help` adds the keys of METHOD's recipe, with types and defaults."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["train_method"] = next((a for a in args if a in ("sft", "ibrl", "unilateral")), None)
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        super().format_help(ctx, formatter)
+        method = ctx.meta.get("train_method")
+        if method is None:
+            formatter.write_paragraph()
+            formatter.write_text("ibrl-bench train METHOD --help lists the recipe keys of METHOD.")
+            return
+        from ibrl_bench.train.recipes import config_class, recipe_keys
+
+        with formatter.section(f"Recipe keys of {method} (KEY: type, default)"):
+            formatter.write_dl([(key, f"{kind}; " + ("required" if default == "required" else f"default {default}"))
+                                for key, kind, default
+                                in recipe_keys(config_class(method))])
+
+
+@cli.command(cls=_TrainCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("method", type=click.Choice(["sft", "ibrl", "unilateral"]))
 @click.option("--recipe", required=True, type=click.Path(dir_okay=False), help="A recipe YAML (see training/).")
 @click.option("--quiet", is_flag=True, help="No progress bar (the log file is written all the same).")

@@ -10,6 +10,7 @@ estimate, its interval, the interval's method, confidence level and sample sizes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +36,8 @@ class Run:
         if not self.store.manifest_path.exists():
             raise UserError(f"{folder} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
         self.manifest: Manifest = self.store.read_manifest()
+        self.name = str(self.folder)  # how titles and notes name the run
+        self.short_name = self.folder.name
 
     @cached_property
     def _index(self) -> dict[str, tuple[EpisodeSummary, int]]:
@@ -153,6 +156,108 @@ class Run:
         ("boulware" for "scripted:dealnodeal/boulware")."""
         choices = self.policies if kind == "policy" else self.counterparts
         return resolve(name, choices, kind)
+
+
+# What makes two run folders play the same games: the same domain, the split's scenario set (its
+# scenario ids and contents, by content hash, and how many of them), the same seeds and turn limit.
+SAME_GAMES = ("domain", "split", "n_scenarios", "scenario_set", "seeds", "max_turns")
+
+
+class CombinedRun(Run):
+    """Several run folders of the same games read as one run: the matrix is the union of their
+    seats, and every episode (policy, counterpart, role, scenario, seed) may come from one folder only."""
+
+    def __init__(self, runs: Sequence[Run]):
+        self.parts = list(runs)
+        first = self.parts[0]
+        for other in self.parts[1:]:
+            for key in SAME_GAMES:
+                mine, theirs = first.manifest.identity.get(key), other.manifest.identity.get(key)
+                if mine != theirs:
+                    raise UserError(
+                        f"{first.folder} and {other.folder} do not play the same games ({key}: {mine!r} there, "
+                        f"{theirs!r} here); runs combine only with the same domain, split scenario set (ids and "
+                        "contents), seeds and turn limit")
+        cards: dict[str, str] = {}
+        for run in self.parts:
+            for spec, card_hash in run.manifest.identity.get("cards", {}).items():
+                if cards.setdefault(spec, card_hash) != card_hash:
+                    raise UserError(f"{spec} stands for different cards in these runs (hash {cards[spec]} and "
+                                    f"{card_hash}); combine only runs that pinned the same card")
+        prompts = {run.manifest.identity["prompt"] for run in self.parts if "prompt" in run.manifest.identity}
+        if len(prompts) > 1:
+            raise UserError(f"these runs prompted their models differently ({', '.join(sorted(prompts))}); "
+                            "combine only runs of the same prompt version")
+
+        def union(key: str) -> list:
+            return list(dict.fromkeys(x for run in self.parts for x in run.manifest.identity.get(key, [])))
+
+        identity = {**first.manifest.identity, "policies": union("policies"), "counterparts": union("counterparts"),
+                    "roles": union("roles")}
+        if cards:
+            identity["cards"] = cards
+        self.folder = first.folder  # where a combined report goes by default
+        self.store = first.store
+        self.manifest = first.manifest.model_copy(update={
+            "identity": identity, "extended": [],
+            "agents": {spec: a for run in self.parts for spec, a in run.manifest.agents.items()}})
+        self.name = " + ".join(str(run.folder) for run in self.parts)
+        self.short_name = " + ".join(run.folder.name for run in self.parts)
+
+    @cached_property
+    def _owner(self) -> dict[str, Run]:
+        """Each episode's key -> the folder that holds it; an episode in two folders is refused."""
+        owner: dict[str, Run] = {}
+        for run in self.parts:
+            for s in run.summaries:
+                if s.key in owner:
+                    raise UserError(
+                        f"{owner[s.key].folder} and {run.folder} both hold the episode {s.policy} vs {s.counterpart} "
+                        f"(policy as {s.policy_role}), scenario {s.scenario_id}, seed {s.seed}; combine runs whose "
+                        "cells differ, or grow one folder instead (crossplay --out with more seats)")
+                owner[s.key] = run
+        return owner
+
+    @cached_property
+    def summaries(self) -> list[EpisodeSummary]:
+        owner = self._owner
+        return [s for run in self.parts for s in run.summaries if owner[s.key] is run]
+
+    @cached_property
+    def records(self) -> list[EpisodeRecord]:
+        return self.transcribed([s.key for s in self.summaries])
+
+    def transcribed(self, keys: list[str]) -> list[EpisodeRecord]:
+        by_run: dict[int, list[str]] = {}
+        for k in keys:
+            by_run.setdefault(id(self._owner[k]), []).append(k)
+        found = {r.key: r for run in self.parts for r in run.transcribed(by_run.get(id(run), []))}
+        return [found[k] for k in keys]
+
+    def saved_results(self):
+        return None  # each folder's results.json counts its own cells only
+
+    def unfinished(self) -> str | None:
+        notes = [note for run in self.parts if (note := run.unfinished())]
+        return "; ".join(notes) or None
+
+    @cached_property
+    def results(self):
+        from ibrl_bench.runner.crossplay import planned_episodes
+        from ibrl_bench.stats.matrix import summarize
+
+        return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+                         n_planned=sum(planned_episodes(run.manifest.identity) for run in self.parts),
+                         identity=self.manifest.identity)
+
+
+def open_runs(folders: Sequence[str | Path]) -> Run:
+    """One run folder, or several of the same games combined as one run."""
+    if not folders:
+        raise UserError("give at least one run folder")
+    unique = {Path(f).resolve(): f for f in reversed(folders)}  # a folder named twice counts once
+    runs = [Run(unique[key]) for key in dict.fromkeys(Path(f).resolve() for f in folders)]
+    return runs[0] if len(runs) == 1 else CombinedRun(runs)
 
 
 def resolve(name: str, choices: list[str], kind: str) -> str:

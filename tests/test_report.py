@@ -358,10 +358,26 @@ d.setAttribute('data-overflow',out.join('|')||'none');}
 if(document.readyState==='complete')check();else window.addEventListener('load',check);})();"""
 
 
+@pytest.fixture(scope="module")
+def telesales_report(tmp_path_factory) -> tuple[Path, Path]:
+    """A TeleSales run (4 sellers x 4 buyers) and its report: longer names and 0-1 scores."""
+    config = CrossplayConfig(domain="telesales", policies=[f"scripted:telesales/{s}" for s in (
+        "consultative", "discount_led", "pushy_upseller", "by_the_book")], counterparts=[
+        f"scripted:telesales/{b}" for b in ("hurried", "skeptical", "friendly", "analytical")], roles=["seller"],
+        scenarios=8)
+    folder = tmp_path_factory.mktemp("ts") / "run"
+    asyncio.run(Crossplay(config, folder).run())
+    html_path, _ = write_report(Run(folder), ReportOptions())
+    return html_path, folder
+
+
 @needs_chromium
 @pytest.mark.slow
+@pytest.mark.parametrize("domain", ["dealnodeal", "telesales"])
 @pytest.mark.parametrize("width", [1000, 1600])
-def test_nothing_is_clipped_from_1000_to_1600_pixels(report, run_folder, tmp_path, width):
+def test_nothing_is_clipped_from_1000_to_1600_pixels(request, domain, tmp_path, width):
+    report, run_folder = ((request.getfixturevalue("report"), request.getfixturevalue("run_folder"))
+                          if domain == "dealnodeal" else request.getfixturevalue("telesales_report"))
     probed = tmp_path / "probed.html"
     probed.write_text(report.read_text().replace("</body>", f"<script>{OVERFLOW_PROBE}</script></body>"))
     first = json.loads((run_folder / "episodes.jsonl").read_text().splitlines()[0])
@@ -374,7 +390,7 @@ def test_nothing_is_clipped_from_1000_to_1600_pixels(report, run_folder, tmp_pat
     chromium(url, f"--screenshot={shot}", f"--window-size={width},5000", profile=tmp_path / "p2")
     assert shot.exists()
     if os.environ.get("IBRL_REPORT_SCREENSHOT"):  # keep them for a human look
-        shutil.copy(shot, Path(os.environ["IBRL_REPORT_SCREENSHOT"]).with_suffix(f".{width}.png"))
+        shutil.copy(shot, Path(os.environ["IBRL_REPORT_SCREENSHOT"]).with_suffix(f".{domain}.{width}.png"))
 
 
 def html_unescape(text: str) -> str:

@@ -22,12 +22,22 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 
 def test_help_of_the_cli_and_of_train_imports_no_model_stack():
     script = ("import sys\nfrom ibrl_bench.cli import cli\n"
-              "for args in (['--help'], ['train', '--help']):\n"
-              "    try:\n        cli.main(args=args, standalone_mode=False)\n    except SystemExit:\n        pass\n"
+              "for args in (['--help'], ['train', '--help'], ['train', 'sft', '--help'], ['train', 'unilateral', '-h']):\n"
+              "    print('=====')\n"
+              "    try:\n        cli.main(args=args, standalone_mode=False, terminal_width=200)\n"
+              "    except SystemExit:\n        pass\n"
               "print([m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules])")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "--recipe" in proc.stdout and "KEY=VALUE" in proc.stdout
+    _, top, train, sft, unilateral = proc.stdout.split("=====\n")
+    assert "--recipe" in train and "KEY=VALUE" in train and "train METHOD --help lists the recipe keys" in train
+    # Each method's help lists its own recipe's keys, nested blocks dotted, with type and default.
+    assert "Recipe keys of sft" in sft and "Recipe keys of" not in train
+    keys = {line.split()[0]: " ".join(line.split()[1:]) for line in sft.split("Recipe keys of sft")[1].splitlines()[1:]
+            if line.strip()}
+    assert keys["steps"] == "int (>= 1); default 200" and keys["transcripts"] == "list[str] (len >= 1); required"
+    assert keys["model.lora.r"] == "int (>= 1); default 16" and keys["episodes"].startswith("one of: all, agreement")
+    assert "counterpart " in unilateral and "transcripts " not in unilateral
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -54,3 +54,20 @@ def test_tensors_become_numbers_and_the_bar_shows_key_metrics_first():
     text = summary({"tokens_per_s": 10.0, "custom": 3, "loss": torch.tensor(0.25), "reward": {"a": 1.5}})
     assert text.startswith("loss 0.25  reward a=1.5  tokens_per_s 10")
     assert "custom 3" in text
+
+
+
+def test_written_to_a_file_each_step_is_one_whole_line(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    sink = io.StringIO()  # not a terminal: no bar redrawn in place
+    long_reward = {f"role_{i}": 1.0 + i for i in range(8)}  # wider than the console's 80 columns
+    with StepLog(tmp_path, total_steps=3, description="test", console=Console(file=sink, width=80)) as log:
+        for step in (1, 2, 3):
+            log.log(step, loss=0.5 / step, reward=long_reward, kl=0.01)
+    lines = sink.getvalue().splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["test step 1/3", "test step 2/3", "test step 3/3"]
+    assert all("role_7=8" in line and line.endswith(" s") for line in lines)  # nothing cut
+    assert "loss 0.1667" in lines[2]

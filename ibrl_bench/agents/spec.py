@@ -142,7 +142,7 @@ def _plugin(spec: AgentSpec) -> Agent:
     module_name, sep, attr = spec.target.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"malformed plugin spec {spec.text!r}; expected python:package.module:factory")
-    _import_from_cwd()
+    import_from_cwd()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
@@ -167,7 +167,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__
 
 
-def _import_from_cwd() -> None:
+def import_from_cwd() -> None:
     """Let a user's package in the current folder import, as `python -m` would: the `ibrl-bench`
     script, unlike `python -m`, does not put the current folder on the import path."""
     cwd = os.getcwd()

@@ -114,8 +114,14 @@ def model_identity(spec: str, domain: str) -> dict[str, str]:
     elif parsed.kind == "scripted":
         out["harness_version"] = __version__
     elif parsed.kind == "python":
+        from ibrl_bench.agents.spec import import_from_cwd
+
         module = parsed.target.partition(":")[0]
-        found = importlib.util.find_spec(module)
+        import_from_cwd()  # where the plugin is imported from when it plays
+        try:
+            found = importlib.util.find_spec(module)
+        except ImportError:  # its package is not there: nothing to hash (building the seat will say so)
+            found = None
         if found and found.origin and os.path.isfile(found.origin):
             out["module_sha256"] = _hash_path(Path(found.origin))
     else:  # an API model: its name is all the provider gives

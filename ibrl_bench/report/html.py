@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from ibrl_bench import __version__
 from ibrl_bench.errors import UserError
 from ibrl_bench.report.heatmap import color_span
-from ibrl_bench.report.numbers import format_interval, format_number, methods_note
+from ibrl_bench.report.numbers import decimals, format_interval, format_number, methods_note
 from ibrl_bench.report.tables import short
 from ibrl_bench.runs import Run
 from ibrl_bench.stats.cells import metric_values
@@ -168,7 +168,7 @@ def _header(page: _Page) -> str:
     ]
     items = "".join(f"<span>{esc(k)}: <b>{esc(v)}</b></span>" for k, v in facts)
     return (f'<header class="top"><div class="inner"><h1>Cross-play report</h1>'
-            f'<div class="sub">{esc(page.run.folder)} &nbsp; {status}</div>'
+            f'<div class="sub">{esc(page.run.name)} &nbsp; {status}</div>'
             f'<div class="facts">{items}</div></div></header>')
 
 
@@ -517,6 +517,8 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
         "policies": [short(p) for p in page.policies], "counterparts": [short(c) for c in page.counterparts],
         "roles": page.roles, "statuses": sorted({r.outcome.status for r in records}),
         "episodes": eps, "total": len(records),
+        # Scores shown with the decimals their scale needs (TeleSales 0-1: 0.50, not 0.5).
+        "digits": decimals((v for r in order for v in r.outcome.rewards.values()), whole=True),
     }
     payload["private"], payload["private_note"] = _private_views(page, order)
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)
@@ -563,7 +565,7 @@ def _quiet(stage: str) -> None:
 
 def build_report(run: Run, options: ReportOptions, progress: Callable[[str], None] = _quiet) -> str:
     """The page; `progress` hears the name of each stage as it starts (a large run takes a while)."""
-    progress(f"reading {run.folder / 'episodes.jsonl'}")
+    progress(f"reading {run.name}")
     page = _Page(run, options)
     progress(f"rankings and mismatch of {len(page.frame):,} episodes")
     frame = page.frame
@@ -594,7 +596,7 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 
     progress(f"transcripts (up to {options.max_episodes:,})")
     data, total, shown = _episode_data(page, options.max_episodes)
-    title = f"ibrl-bench report · {run.folder.name}"
+    title = f"ibrl-bench report · {run.short_name}"
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -617,7 +619,7 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 {_cells(page)}
 {_transcripts(page, total, shown)}
 {_methods(page, rank, extra)}
-<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.folder)} · open offline, nothing here loads from the network</footer>
+<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.name)} · open offline, nothing here loads from the network</footer>
 </main>
 <script type="application/json" id="episodes-data">{data}</script>
 <script>{_asset("report.js")}</script>
@@ -643,7 +645,7 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None,
     metric = options.metric if options.metric in page.kinds else "success_at_1"
     cells = {k: c.metrics.get(metric) for k, c in page.cells.items()}
     ivs = [iv for iv in cells.values() if iv is not None and iv.low is not None]
-    note = methods_note(ivs, f"{page.seeds} seed(s) per scenario; {run.folder}")
+    note = methods_note(ivs, f"{page.seeds} seed(s) per scenario; {run.name}")
     png = render_heatmap(out.parent / "heatmap.png", page.policies, page.columns, cells,
                          metric_label=label(metric), percent=page.percent(metric),
                          title=f"{label(metric)} by cell, {run.manifest.domain}", note=note,

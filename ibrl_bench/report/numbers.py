@@ -10,6 +10,7 @@ were made: the terminal tables (terminal.py, tables.py), report.html (html.py) a
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -26,7 +27,19 @@ def format_number(x: float | None, percent: bool = False, signed: bool = False, 
         x, digits = x * 100, 0
     elif digits is None:
         digits = 1 if abs(x) >= 10 else 2
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+    text = f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+    return text.lstrip("+-") if float(text) == 0 else text  # -0.00 would read as a loss
+
+
+def decimals(values: Iterable[float | None], whole: bool = False) -> int:
+    """Decimals that tell numbers apart on the scale of `values`: two when the largest is at most 1
+    (a TeleSales reward: 0.50 and 0.53, not 0.5 and 0.5), one up to 10 (Deal-or-NoDeal points:
+    7.4), none from 100. With `whole`, values that are all whole numbers get none (points 7, not 7.0)."""
+    xs = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    if whole and all(float(x).is_integer() for x in xs):
+        return 0
+    top = max(xs, default=0.0)
+    return 2 if top == 0 else min(4, max(0, 2 - math.ceil(math.log10(top))))
 
 
 def format_interval(iv: Interval | None, percent: bool = False, signed: bool = False, digits: int | None = None,
@@ -39,7 +52,7 @@ def format_interval(iv: Interval | None, percent: bool = False, signed: bool = F
     if iv.low is None or iv.high is None:
         return text
     low, high = format_number(iv.low, percent, signed, digits), format_number(iv.high, percent, signed, digits)
-    join = ", " if signed or min(iv.low, iv.high) < 0 else "-"
+    join = ", " if signed or low.startswith("-") or high.startswith("-") else "-"
     return f"{text}{chr(10) if stacked else ' '}[{low}{join}{high}]"
 
 

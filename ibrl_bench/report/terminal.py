@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ibrl_bench.domains.base import Outcome, Turn
-from ibrl_bench.report.numbers import format_interval, methods_note
+from ibrl_bench.report.numbers import decimals, format_interval, methods_note
 from ibrl_bench.secrets import scrub
 
 if TYPE_CHECKING:  # annotations only: `play` prints a transcript without loading scipy and pandas
@@ -53,6 +53,9 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
         table.add_column("err", justify="right", no_wrap=True)
     for _, heading, _ in columns:
         table.add_column(heading, justify="right", no_wrap=not stacked)
+    # A score column's precision follows its scale (TeleSales 0-1: two decimals; points 0-10: one).
+    places = {key: decimals(c.metrics[key].estimate for c in results.cells if key in c.metrics)
+              for key, _, pct in columns if not pct}
     for cell in results.cells:
         table.add_row(
             short(cell.policy, results.domain),
@@ -60,7 +63,8 @@ def cells_table(results: Results, title: str | None = None, width: int = 160) ->
             cell.policy_role,
             str(cell.n_scored),
             *([str(cell.n_errors) if cell.n_errors else ""] if columns_err else []),
-            *(format_interval(cell.metrics.get(key), pct, digits=1, stacked=stacked) for key, _, pct in columns),
+            *(format_interval(cell.metrics.get(key), pct, digits=places.get(key), stacked=stacked)
+              for key, _, pct in columns),
         )
     return table
 
@@ -81,7 +85,8 @@ def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome,
         console.print(scrub(t.text), markup=False, highlight=False)
         if t.violation:
             console.print(f"  [red]violation: {escape(scrub(t.violation))}[/red]")
-    rewards = ", ".join(f"{r}={v:g}" for r, v in outcome.rewards.items())
+    places = decimals(outcome.rewards.values(), whole=True)
+    rewards = ", ".join(f"{r}={v:.{places}f}" for r, v in outcome.rewards.items())
     console.print(
         f"[bold]outcome[/bold]: status={outcome.status} agreement={outcome.agreement} rewards: {rewards}"
         + (f" ({escape(scrub(outcome.detail))})" if outcome.detail else "")
@@ -95,12 +100,15 @@ def episodes_table(episodes: list, domain: str, limit: int) -> Table:
                         ("scenario", False), ("seed", True), ("status", False), ("success", False),
                         ("score", True), ("cpt score", True), ("moves", True)):
         table.add_column(name, justify="right" if right else "left", overflow="fold")
-    for e in episodes[:limit]:
+    shown = episodes[:limit]
+    places = decimals((v for e in shown for v in e.outcome.rewards.values()), whole=True)
+    for e in shown:
         o = e.outcome
         other = next((r for r in e.agents if r != e.policy_role), None)
         table.add_row(e.key, short(e.policy, domain), short(e.counterpart, domain), e.policy_role, e.scenario_id,
-                      str(e.seed), o.status, "yes" if o.success else "no", f"{o.rewards.get(e.policy_role, 0):g}",
-                      f"{o.rewards.get(other, 0):g}" if other else "", str(o.turns))
+                      str(e.seed), o.status, "yes" if o.success else "no",
+                      f"{o.rewards.get(e.policy_role, 0):.{places}f}",
+                      f"{o.rewards.get(other, 0):.{places}f}" if other else "", str(o.turns))
     return table
 
 

@@ -143,3 +143,60 @@ def _known_keys(config_class: type[BaseModel], loc: tuple) -> list[str]:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return []
     return list(getattr(model, "model_fields", {}))
+
+
+def recipe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, type, default) of every key a recipe of `model` may hold, nested blocks as dotted keys
+    (`model.lora.r`), read from the pydantic config class: what `train METHOD --help` lists."""
+    from pydantic_core import PydanticUndefined
+
+    rows = []
+    for name, field in model.model_fields.items():
+        key = prefix + name
+        if field.default_factory is not None:
+            default = _as_yaml(field.default_factory())  # type: ignore[call-arg]
+        elif field.default is PydanticUndefined:
+            default = "required"
+        else:
+            default = _as_yaml(field.default)
+        bounds = ", ".join(f"{op} {getattr(m, attr)}" for m in field.metadata
+                          for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "len >="))
+                          if getattr(m, attr, None) is not None)
+        rows.append((key, _type_name(field.annotation) + (f" ({bounds})" if bounds else ""), default))
+        for block in _models_in(field.annotation):
+            rows += recipe_keys(block, key + ".")
+    return rows
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _type_name(annotation: Any) -> str:
+    """`int`, `float or null`, `one of: all, agreement, success`, `list[str]`, `block` (a nested mapping)."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of: " + ", ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "block"
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_name(a) for a in args)}]"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _as_yaml(value: Any) -> str:
+    """A default as it would be written in a recipe (true, null, 1.0e-05, all-linear)."""
+    import yaml
+
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()

@@ -1,4 +1,5 @@
-"""The training log: one JSON line per optimizer step in `<folder>/train_log.jsonl`, and a progress bar.
+"""The training log: one JSON line per optimizer step in `<folder>/train_log.jsonl`, and a progress
+bar on a terminal (written to a file or a pipe: one line per step, `ibrl step 3/20  loss 0.41 ...  12.3 s`).
 
     with StepLog(out, total_steps=cfg.steps, description="ibrl") as log:
         for step in range(1, cfg.steps + 1):
@@ -54,10 +55,14 @@ class StepLog:
         self.resume_after = resume_after  # steps of this training already done and logged
         self._file = None
         self._start = 0.0
+        self._console = console or Console(stderr=True)
+        # Written to a file or a pipe, a bar is one line redrawn in place, which a log keeps only
+        # as its last, cut state: there each step gets a line of its own instead.
+        self._lines = not quiet and not self._console.is_terminal
         self._progress = Progress(
             TextColumn(f"[bold]{description}[/bold]"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[metrics]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=console or Console(stderr=True), disable=quiet, transient=False,
+            console=self._console, disable=quiet or self._lines, transient=False,
         )
         self._task = None
 
@@ -114,6 +119,9 @@ class StepLog:
         self._file.flush()
         self.last_step = step
         self._progress.update(self._task, completed=min(step, self.total_steps), metrics=summary(metrics))
+        if self._lines:
+            self._console.print(f"{self.description} step {step}/{self.total_steps}  {summary(metrics)}  "
+                                f"{record['elapsed_s']:.1f} s", markup=False, highlight=False, soft_wrap=True)
         return record
 
     def __exit__(self, *exc) -> None:

@@ -81,7 +81,7 @@
     if (q && e.s.toLowerCase().indexOf(q) < 0 && e.k.indexOf(q) < 0) return false;
     return true;
   }
-  function fmt(x) { return x === null || x === undefined ? '' : (Math.round(x * 100) / 100).toString(); }
+  function fmt(x) { return x === null || x === undefined ? '' : x.toFixed(data.digits); }
   function render() {
     matches = episodes.filter(matchesFilters);
     list.textContent = '';

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import json
 import os
 import pstats
@@ -136,7 +137,8 @@ def crossplay(url: str, concurrency: int, scenarios: int, run=asyncio.run, profi
         out["profile_share_by_package"] = {k: f"{v / total:.1%}" for k, v in
                                            sorted(by_package.items(), key=lambda kv: -kv[1])[:12]}
         top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:12]
-        out["top_functions"] = [f"{f[2]} ({f[0].split('site-packages/')[-1]}:{f[1]}) {r[2] / total:.1%}" for f, r in top]
+        out["top_functions"] = [f"{f[2]} ({f[0].split('site-packages/')[-1]}:{f[1]}) {r[2] / total:.1%}"
+                                for f, r in top]
     return out
 
 
@@ -253,10 +255,10 @@ def main() -> None:
         for name, conc, scenarios in (("low", args.low, max(args.scenarios, 4 * args.low)),
                                       ("high", args.high, args.scenarios * 4)):
             harness, harness_cpu = cpu_per_call(
-                lambda: crossplay(url, conc, scenarios, run, profile=args.profile and name == "low"), proc)
+                functools.partial(crossplay, url, conc, scenarios, run, profile=args.profile and name == "low"), proc)
             calls = int(harness["calls_per_s"] * harness["seconds"])
-            stack, stack_cpu = cpu_per_call(lambda: client_stack(url, conc, calls, run), proc)
-            bare, bare_cpu = cpu_per_call(lambda: bare_client(url, conc, calls, run), proc)
+            stack, stack_cpu = cpu_per_call(functools.partial(client_stack, url, conc, calls, run), proc)
+            bare, bare_cpu = cpu_per_call(functools.partial(bare_client, url, conc, calls, run), proc)
             levels[name] = (conc, harness, harness_cpu, stack, stack_cpu, bare, bare_cpu)
         floor = bare_aiohttp(url, args.low, int(levels["low"][1]["calls_per_s"] * levels["low"][1]["seconds"]), run)
     finally:
@@ -265,7 +267,8 @@ def main() -> None:
     report = {"latency_ms": args.latency_ms, "client_loop": "uvloop" if args.uvloop else "asyncio",
               "server": f"uvicorn http={args.server_http} loop={args.server_loop}",
               "serial": {"latency_above_injected_ms": round(serial["mean_latency_s"] * 1000 - args.latency_ms, 2),
-                         "client_cpu_ms_per_call": serial_cpu["client"], "server_cpu_ms_per_call": serial_cpu["server"]}}
+                         "client_cpu_ms_per_call": serial_cpu["client"],
+                         "server_cpu_ms_per_call": serial_cpu["server"]}}
     for name, (conc, harness, harness_cpu, stack, stack_cpu, bare, bare_cpu) in levels.items():
         level = {"concurrency": conc, "harness_calls_per_s": round(harness["calls_per_s"], 1),
                  "bare_create_calls_per_s": round(bare["calls_per_s"], 1),
@@ -289,7 +292,8 @@ def main() -> None:
                      "client_stack_mean_latency_ms": round(stack["mean_latency_s"] * 1000, 1),
                      "ratio_bound_by_client_stack": round(args.latency_ms / (stack["mean_latency_s"] * 1000), 3),
                      "bare_aiohttp_mean_latency_ms": round(floor["mean_latency_s"] * 1000, 1),
-                     "ratio_bound_by_bare_aiohttp": round(args.latency_ms / (floor["mean_latency_s"] * 1000), 3)} | level
+                     "ratio_bound_by_bare_aiohttp": round(args.latency_ms / (floor["mean_latency_s"] * 1000), 3),
+                    } | level
             for key in ("profile_share_by_package", "top_functions"):
                 if key in harness:
                     level[key] = harness[key]

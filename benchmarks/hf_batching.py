@@ -110,8 +110,8 @@ def main() -> None:
         for name in args.shape or list(SHAPES):
             model = build_tiny_model(Path(folder) / name, seed=0, **SHAPES[name])
             report[name] = compare(model, args)
-            print(f"{name}: x{report[name]['ratio_16_over_1']} (per CPU second: x{report[name]['cpu_ratio_16_over_1']})",
-                  flush=True)
+            print(f"{name}: x{report[name]['ratio_16_over_1']} "
+                  f"(per CPU second: x{report[name]['cpu_ratio_16_over_1']})", flush=True)
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

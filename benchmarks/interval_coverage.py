@@ -60,7 +60,7 @@ def paired_rate_table(reps: int, seed: int) -> list[tuple[str, int, float]]:
             ya, yb = rng.binomial(m, stats.norm.cdf(a + u)) / m, rng.binomial(m, stats.norm.cdf(b + u)) / m
             scen = np.repeat(np.arange(20), m)
             hits = 0
-            for ra, rb in zip(ya, yb):
+            for ra, rb in zip(ya, yb, strict=True):
                 d = paired_interval(episodes(ra, m), episodes(rb, m), scen, True, with_test=False).difference
                 hits += d.low <= truth <= d.high
             out.append((f"{pa} vs {pb}", m, hits / reps))

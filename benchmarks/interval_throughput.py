@@ -59,7 +59,8 @@ def simulated_run(cells: int, scenarios: int, seeds: int, seed: int = 0) -> pd.D
             "key": [f"{i}-{j}" for j in range(n)], "policy": p, "counterpart": c, "policy_role": r,
             "scenario_id": np.repeat([f"s{s:04d}" for s in range(scenarios)], seeds),
             "seed": np.tile(np.arange(seeds), scenarios), "status": status, "agreement": ok, "success": ok,
-            "policy_score": np.where(ok, rng.normal(6, 2, n), 0.0), "counterpart_score": np.where(ok, rng.normal(5, 2, n), 0.0),
+            "policy_score": np.where(ok, rng.normal(6, 2, n), 0.0),
+            "counterpart_score": np.where(ok, rng.normal(5, 2, n), 0.0),
             "policy_violated": status == "invalid", "turns": 4, "attempts": 1,
             "m_pareto_optimal": pd.Series(np.where(ok, rng.random(n) < 0.7, None), dtype=object),
         }))

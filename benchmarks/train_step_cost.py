@@ -65,7 +65,8 @@ def settings(args: argparse.Namespace, model: Path, out: Path, prompt: str = "fu
     )
 
 
-def measure(method: str, args: argparse.Namespace, model: Path, work: Path, prompt: str = "full") -> list[dict[str, Any]]:
+def measure(method: str, args: argparse.Namespace, model: Path, work: Path,
+            prompt: str = "full") -> list[dict[str, Any]]:
     base = settings(args, model, work / f"{method}-{prompt}", prompt)
     log = Capture()
     if method == "ibrl":

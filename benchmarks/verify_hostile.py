@@ -41,7 +41,8 @@ try:
 except UserError as e:
     reason = str(e)
 end = time.perf_counter()
-print(json.dumps({"seconds": end - start, "verify_seconds": end - imported, "reason": reason.replace(sys.argv[1], "BUNDLE"),
+print(json.dumps({"seconds": end - start, "verify_seconds": end - imported,
+                  "reason": reason.replace(sys.argv[1], "BUNDLE"),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 

@@ -51,7 +51,7 @@ def measure(agent, scenarios) -> dict:
     results = asyncio.run(main())
     elapsed = time.perf_counter() - start
     moves = agent.batcher.stats.requests - before[0]
-    tokens = sum(r.usage()[role].completion_tokens for r, (_, agents) in zip(results, games)
+    tokens = sum(r.usage()[role].completion_tokens for r, (_, agents) in zip(results, games, strict=True)
                  for role in agents if agents[role] is agent)
     return {"moves_per_s": moves / elapsed, "tokens_per_s": tokens / elapsed, "moves": moves, "seconds": elapsed,
             "mean_batch": moves / max(agent.batcher.stats.batches - before[1], 1)}

@@ -63,8 +63,10 @@ def compare(config: CrossplayConfig, repeats: int, one_process: bool = True) -> 
     med = {name: {way: statistics.median(r[way] for r in rs) for way in ("wall", "playing")}
            for name, rs in runs.items()}
     out = {"episodes_per_s": {n: {w: round(v, 1) for w, v in m.items()} for n, m in med.items()},
-           "ratio_2_over_1_workers": {w: round(med["workers_2"][w] / med["workers_1"][w], 3) for w in ("wall", "playing")},
-           "rounds_per_episode": round(statistics.median(r["rounds_per_episode"] for rs in runs.values() for r in rs), 2),
+           "ratio_2_over_1_workers": {w: round(med["workers_2"][w] / med["workers_1"][w], 3)
+                                      for w in ("wall", "playing")},
+           "rounds_per_episode": round(statistics.median(r["rounds_per_episode"]
+                                                         for rs in runs.values() for r in rs), 2),
            # CPU of this process (the driver: the only one with no worker) per episode; with workers,
            # 1 / this is the ceiling of the episodes/s that the driver alone allows.
            "driver_cpu_ms_per_episode": {n: round(statistics.median(r["driver_cpu_ms_per_episode"] for r in rs), 3)

@@ -66,30 +66,54 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Game to play (default dealnodeal).")
-@click.option("--policy", "policies", multiple=True, metavar="SPEC", help="Policy under evaluation; repeatable (panel:NAME adds a panel).")
-@click.option("--counterpart", "counterparts", multiple=True, metavar="SPEC", help="Counterpart: a spec, card:NAME or panel:NAME; repeatable.")
-@click.option("--panel", "panels", multiple=True, metavar="NAME", help="Add a panel's counterparts (counterparts/panels/NAME.yaml).")
+@click.option("--policy", "policies", multiple=True, metavar="SPEC",
+              help="Policy under evaluation; repeatable (panel:NAME adds a panel).")
+@click.option("--counterpart", "counterparts", multiple=True, metavar="SPEC",
+              help="Counterpart: a spec, card:NAME or panel:NAME; repeatable.")
+@click.option("--panel", "panels", multiple=True, metavar="NAME",
+              help="Add a panel's counterparts (counterparts/panels/NAME.yaml).")
 @click.option("--role", "roles", multiple=True, metavar="ROLE", help="Role(s) the policy plays (default: every role).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
-@click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True, help="First N scenarios of the split.")
-@click.option("--contexts", type=click.Path(dir_okay=False), default=None, help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
-@click.option("--seeds", type=click.IntRange(min=1, max=MAX_SEEDS), default=1, show_default=True, help="Seeds per scenario.")
-@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None, help="Message limit (domain default).")
+@click.option("--scenarios", type=click.IntRange(min=1), default=50, show_default=True,
+              help="First N scenarios of the split.")
+@click.option("--contexts", type=click.Path(dir_okay=False), default=None,
+              help="Deal-or-NoDeal: a Lewis-format context file instead of a split.")
+@click.option("--seeds", type=click.IntRange(min=1, max=MAX_SEEDS), default=1, show_default=True,
+              help="Seeds per scenario.")
+@click.option("--max-turns", type=click.IntRange(min=2, max=MAX_TURNS), default=None,
+              help="Message limit (domain default).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="Episodes in flight.")
-@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True, help="Retries of an episode after an infrastructure error.")
-@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True, help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches does not count.")
-@click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True, help="Stop when this share of episodes ends in error.")
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Play in N local worker processes (Ray; pip install 'ibrl-bench[ray]'); --concurrency is shared among them.")
-@click.option("--ray", "ray_address", metavar="ADDRESS", default=None, help="Play on the Ray cluster at ADDRESS (e.g. auto); one worker per CPU, or per GPU for local model seats, unless --workers says.")
+@click.option("--retries", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Retries of an episode after an infrastructure error.")
+@click.option("--move-timeout", type=MOVE_TIMEOUT, default=120.0, show_default=True,
+              help="Seconds one move may take; time a local model's move waits queued behind other episodes' batches "
+                   "does not count.")
+@click.option("--fail-on-error", type=Finite(0, 1), default=0.2, show_default=True,
+              help="Stop when this share of episodes ends in error.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder; an existing run there is resumed (default runs/crossplay-TIME).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Play in N local worker processes (Ray; pip install 'ibrl-bench[ray]'); --concurrency is shared "
+                   "among them.")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
+              help="Play on the Ray cluster at ADDRESS (e.g. auto); one worker per CPU, or per GPU for local model "
+                   "seats, unless --workers says.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None, help="Response cache folder of model seats (default: the user's cache folder).")
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the response cache: every model move is paid for.")
-@click.option("--budget-usd", type=Finite(0, min_open=True), default=None, help="Stop cleanly before this command pays more than this for model calls.")
-@click.option("--dry-run", is_flag=True, help="Print the plan and its estimated tokens, cost and cache hits; play nothing.")
-@click.option("--pilot", type=click.Path(file_okay=False, exists=True), default=None, help="With --dry-run: a run folder to measure calls and tokens per episode from.")
-@click.option("--target-halfwidth", type=Finite(0, min_open=True), default=None, help="Add episodes in rounds (new scenarios, then seeds, up to --scenarios x --seeds) to cells whose interval is wider than this (docs/statistics.md).")
-@click.option("--target-metric", default=None, metavar="NAME", help="The metric --target-halfwidth narrows (default success_at_1).")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+              help="Response cache folder of model seats (default: the user's cache folder).")
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write the response cache: every model move is paid for.")
+@click.option("--budget-usd", type=Finite(0, min_open=True), default=None,
+              help="Stop cleanly before this command pays more than this for model calls.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan and its estimated tokens, cost and cache hits; play nothing.")
+@click.option("--pilot", type=click.Path(file_okay=False, exists=True), default=None,
+              help="With --dry-run: a run folder to measure calls and tokens per episode from.")
+@click.option("--target-halfwidth", type=Finite(0, min_open=True), default=None,
+              help="Add episodes in rounds (new scenarios, then seeds, up to --scenarios x --seeds) to cells whose "
+                   "interval is wider than this (docs/statistics.md).")
+@click.option("--target-metric", default=None, metavar="NAME",
+              help="The metric --target-halfwidth narrows (default success_at_1).")
 @interrupt_hint(RESUME_RUN)
 def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, contexts, seeds, max_turns,
               concurrency, retries, move_timeout, fail_on_error, workers, ray_address, out, quiet, cache_dir, no_cache,
@@ -189,7 +213,8 @@ def _print_results(results, out: Path) -> None:
         prompt, completion = sum(u.prompt_tokens for u in seats), sum(u.completion_tokens for u in seats)
         cost = sum(u.cost_usd for u in seats)
         hits = sum(u.cache_hits for u in seats)
-        cached = f"; {hits:,} replies from the cache (${sum(u.saved_usd for u in seats):.4f} not paid again)" if hits else ""
+        saved = sum(u.saved_usd for u in seats)
+        cached = f"; {hits:,} replies from the cache (${saved:.4f} not paid again)" if hits else ""
         console.print(f"usage: {prompt:,} prompt + {completion:,} completion tokens, ${cost:.4f} paid{cached} "
                       "(per cell and seat in results.json)", highlight=False)
     n_err = sum(c.n_errors for c in results.cells)
@@ -230,8 +255,10 @@ def show(run: str, fmt: str) -> None:
 
 @cli.command()
 @click.option("--domain", type=click.Choice(DOMAINS), default="dealnodeal", show_default=True)
-@click.option("--policy", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: boulware).")
-@click.option("--counterpart", default=None, metavar="SPEC", help="Default: a scripted agent of the domain (dealnodeal: conceder).")
+@click.option("--policy", default=None, metavar="SPEC",
+              help="Default: a scripted agent of the domain (dealnodeal: boulware).")
+@click.option("--counterpart", default=None, metavar="SPEC",
+              help="Default: a scripted agent of the domain (dealnodeal: conceder).")
 @click.option("--role", default=None, help="Role of the policy (default: the domain's first role).")
 @click.option("--split", type=click.Choice(["train", "dev", "test"]), default="test", show_default=True)
 @click.option("--scenario", default="0", show_default=True, help="Index in the split, or a scenario id.")
@@ -314,7 +341,8 @@ def counterparts_list() -> None:
         table.add_column(col, overflow="fold")
     for name in available_cards():
         c = load_card(name)
-        key = "not needed" if not c.key_env else (f"${c.key_env} set" if os.environ.get(c.key_env) else f"${c.key_env} NOT set")
+        key = ("not needed" if not c.key_env
+               else (f"${c.key_env} set" if os.environ.get(c.key_env) else f"${c.key_env} NOT set"))
         table.add_row(c.id, c.backend, c.model, c.revision or "", ", ".join(c.domains), key)
     console.print(table)
     panels = Table(title="panels", header_style="bold")
@@ -349,10 +377,12 @@ def counterparts_show(name: str) -> None:
 
 @counterparts.command("check")
 @click.argument("name")
-@click.option("--domain", type=click.Choice(DOMAINS), default=None, help="Domain to check in (default: the card's first).")
+@click.option("--domain", type=click.Choice(DOMAINS), default=None,
+              help="Domain to check in (default: the card's first).")
 @click.option("--gate", is_flag=True, help="Run the fidelity gate (games against a scripted opponent on the dev "
               "split) and store the measured values in the card.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True, help="--gate: episodes in flight.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
+              help="--gate: episodes in flight.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="--gate: run folder (default runs/fidelity/NAME-DOMAIN); the same command resumes it.")
 def counterparts_check(name: str, domain: str | None, gate: bool, concurrency: int, out: str | None) -> None:
@@ -392,8 +422,10 @@ def counterparts_check(name: str, domain: str | None, gate: bool, concurrency: i
 
 _metric_option = click.option("--metric", default="success_at_1", show_default=True,
                               help="Metric by name: success_at_1, agreement, policy_score, ... or a domain metric.")
-_role_option = click.option("--role", "roles", multiple=True, metavar="ROLE", help="Only episodes where the policy plays ROLE; repeatable.")
-_confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95, show_default=True)
+_role_option = click.option("--role", "roles", multiple=True, metavar="ROLE",
+                            help="Only episodes where the policy plays ROLE; repeatable.")
+_confidence_option = click.option("--confidence", type=Finite(0, 1, min_open=True, max_open=True), default=0.95,
+                                  show_default=True)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 _format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "latex"]), default="table",
                               show_default=True, help="Print the tables as shown, as CSV, or as LaTeX (for a paper).")
@@ -493,23 +525,28 @@ def _resolves(name: str, choices: list[str]) -> bool:
 @click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @click.option("--method", "methods", multiple=True, nargs=2, metavar="P C",
               help="A policy and the counterpart it trained against; repeatable, one per method compared.")
-@click.option("--policy", "policies", multiple=True, metavar="P", help="Policy trained against --train-counterpart; repeatable.")
-@click.option("--train-counterpart", default=None, metavar="C", help="The counterpart the --policy policies trained against.")
-@click.option("--heldout", multiple=True, metavar="H", help="Held-out counterparts (default: every counterpart no method trained with).")
-@click.option("--reference", default=None, metavar="P0", help="Common reference policy (e.g. the shared starting checkpoint): "
+@click.option("--policy", "policies", multiple=True, metavar="P",
+              help="Policy trained against --train-counterpart; repeatable.")
+@click.option("--train-counterpart", default=None, metavar="C",
+              help="The counterpart the --policy policies trained against.")
+@click.option("--heldout", multiple=True, metavar="H",
+              help="Held-out counterparts (default: every counterpart no method trained with).")
+@click.option("--reference", default=None, metavar="P0",
+              help="Common reference policy (e.g. the shared starting checkpoint): "
               "gives each method's difference-in-differences and the paired difference of those between methods.")
 @click.option("--view", type=click.Choice(["crossed", "panel"]), default="crossed", show_default=True,
               help="crossed: held-out counterparts are a sample (resampled with scenarios); panel: they are fixed.")
 @click.option("--equivalence-margin", "margin", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also test equivalence (TOST): no mismatch (DiD, or gap without --reference) beyond this margin.")
-@click.option("--include-train-in-panel", is_flag=True, help="Allow a training counterpart in --heldout (refused otherwise).")
+@click.option("--include-train-in-panel", is_flag=True,
+              help="Allow a training counterpart in --heldout (refused otherwise).")
 @_metric_option
 @_role_option
 @_confidence_option
 @_json_option
 @_format_option
-def mismatch(runs, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel, metric,
-             roles, confidence, as_json, fmt) -> None:
+def mismatch(runs, methods, policies, train_counterpart, heldout, reference, view, margin, include_train_in_panel,
+             metric, roles, confidence, as_json, fmt) -> None:
     """Static-counterpart mismatch, and method vs method.
 
     Each method's gap (score against its training counterpart minus the held-out panel, paired by
@@ -586,20 +623,26 @@ def _int_list(ctx, param, value: str) -> list[int]:
 
 
 @cli.command()
-@click.option("--delta", type=Finite(), required=True, help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
+@click.option("--delta", type=Finite(), required=True,
+              help="The difference to detect, in the metric's units (0.05 = 5 points of a rate).")
 @click.option("--rate", type=Finite(), default=None, help="Expected rate of a 0/1 metric (with --icc).")
 @click.option("--icc", type=Finite(), default=None, help="Share of the variance that lies between scenarios (0..1).")
 @click.option("--sd-between", type=Finite(min=0), default=None, help="SD of scenario means (scores).")
 @click.option("--sd-within", type=Finite(min=0), default=None, help="SD of an episode around its scenario's mean.")
-@click.option("--corr", type=Finite(-1, 1), default=None, help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
-@click.option("--from", "from_run", type=click.Path(file_okay=False), default=None, help="Estimate the variance parameters from a pilot run.")
+@click.option("--corr", type=Finite(-1, 1), default=None,
+              help="Correlation of the two policies' scenario means (default 0.5, or estimated with --from).")
+@click.option("--from", "from_run", type=click.Path(file_okay=False), default=None,
+              help="Estimate the variance parameters from a pilot run.")
 @_metric_option
-@click.option("--seeds", "seeds", default="1,2,4,8", show_default=True, callback=_int_list, help="Seeds per scenario to plan for.")
+@click.option("--seeds", "seeds", default="1,2,4,8", show_default=True, callback=_int_list,
+              help="Seeds per scenario to plan for.")
 @click.option("--alpha", type=Finite(), default=0.05, show_default=True)
 @click.option("--power", type=Finite(), default=0.8, show_default=True)
 @click.option("--unpaired", is_flag=True, help="The two policies play different scenarios (no pairing).")
-@click.option("--domain", default="dealnodeal", show_default=True, help="Domain whose split caps the scenarios (with --from: the run's).")
-@click.option("--split", default="test", show_default=True, help="Split whose size caps the scenarios (with --from: the run's).")
+@click.option("--domain", default="dealnodeal", show_default=True,
+              help="Domain whose split caps the scenarios (with --from: the run's).")
+@click.option("--split", default="test", show_default=True,
+              help="Split whose size caps the scenarios (with --from: the run's).")
 @_json_option
 @_format_option
 def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds, alpha, power, unpaired, domain, split,
@@ -638,10 +681,13 @@ def plan(delta, rate, icc, sd_between, sd_within, corr, from_run, metric, seeds,
 @cli.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False), metavar="RUN...")
 @_metric_option
-@click.option("--train-counterpart", default=None, metavar="C", help="Add a detailed mismatch section for this training counterpart.")
-@click.option("--policy", "policies", multiple=True, metavar="P", help="Policies trained against --train-counterpart (default: all).")
+@click.option("--train-counterpart", default=None, metavar="C",
+              help="Add a detailed mismatch section for this training counterpart.")
+@click.option("--policy", "policies", multiple=True, metavar="P",
+              help="Policies trained against --train-counterpart (default: all).")
 @click.option("--reference", default=None, metavar="P0", help="Reference policy for the difference-in-differences.")
-@click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True, help="Most episodes embedded in the transcript browser.")
+@click.option("--max-episodes", type=click.IntRange(min=0), default=5000, show_default=True,
+              help="Most episodes embedded in the transcript browser.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Where to write the report (default RUN/report.html; with several runs, required).")
 @click.option("--scale", type=click.Choice(["full", "data"]), default="full", show_default=True,
@@ -759,7 +805,8 @@ def miniature(recipe, overrides) -> None:
     stages = pipeline.run(config, progress=lambda line: err_console.print(line, highlight=False))
     out = Path(config.out)
     wall, cpu = sum(s.wall_s for s in stages), sum(s.cpu_s for s in stages)
-    console.print(f"miniature: {len(stages)} stages in {wall:.0f} s wall, {cpu:.0f} s CPU; summary {out / 'summary.json'}, "
+    console.print(f"miniature: {len(stages)} stages in {wall:.0f} s wall, {cpu:.0f} s CPU; "
+                  f"summary {out / 'summary.json'}, "
                   f"report {out / 'report.md'}", highlight=False, soft_wrap=True)
     if stages[-1].status == "stopped":
         console.print(f"stopped at the {stages[-1].name} stage: see {out / 'report.md'}", highlight=False)
@@ -903,7 +950,8 @@ def main(argv: list[str] | None = None) -> None:
                           soft_wrap=True)
         sys.exit(2)
     except click.ClickException as e:
-        err_console.print(f"error: {_one_line(scrub(e.format_message()))}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"error: {_one_line(scrub(e.format_message()))}", markup=False, highlight=False,
+                          soft_wrap=True)
         sys.exit(e.exit_code)
     except Interrupted as e:
         # Only what keeps its progress on disk resumes: run folders, and RL trainings (resume.py).

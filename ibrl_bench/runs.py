@@ -34,7 +34,8 @@ class Run:
         self.folder = Path(folder)
         self.store = RunStore(self.folder)
         if not self.store.manifest_path.exists():
-            raise UserError(f"{folder} is not a run folder (no manifest.json); give the --out folder of a crossplay run")
+            raise UserError(f"{folder} is not a run folder (no manifest.json); "
+                            "give the --out folder of a crossplay run")
         self.manifest: Manifest = self.store.read_manifest()
         self.name = str(self.folder)  # how titles and notes name the run
         self.short_name = self.folder.name

@@ -461,7 +461,7 @@ def check_well_formed(parsed: ParsedSplit, counts) -> None:
     if parsed.kind == "split":
         assert parsed.reason is None
         assert parsed.take is not None and len(parsed.take) == 3
-        assert all(isinstance(n, int) and 0 <= n <= c for n, c in zip(parsed.take, counts))
+        assert all(isinstance(n, int) and 0 <= n <= c for n, c in zip(parsed.take, counts, strict=True))
     elif parsed.kind == "no_deal":
         assert parsed.take is None and parsed.reason is None
     else:
@@ -479,7 +479,7 @@ def test_any_text_gives_a_well_formed_result(text, counts):
     check_well_formed(parse_split(f"<split>{text}</split>", counts), counts)
 
     proposal = parse_proposal(text, counts)
-    assert proposal is None or all(0 <= n <= c for n, c in zip(proposal, counts))
+    assert proposal is None or all(0 <= n <= c for n, c in zip(proposal, counts, strict=True))
     assert parse_proposal(text, counts) == proposal
     assert isinstance(has_selection(text), bool)
 
@@ -491,7 +491,7 @@ def decorated_splits(draw):
     t = tuple(draw(st.integers(0, c)) for c in counts)
     words = ["zero", "one", "two", "three", "four"]
     parts = []
-    for item, n in zip(ITEMS, t):
+    for item, n in zip(ITEMS, t, strict=True):
         name = draw(st.sampled_from([item, item + "s"]))
         name = draw(st.sampled_from([name, name.upper(), name.capitalize()]))
         num = draw(st.sampled_from([str(n), f"**{n}**", words[n]]))
@@ -514,8 +514,8 @@ def test_decorated_splits_parse_back(case):
 @given(POOLS, st.data())
 def test_other_side_statement_gives_the_complement(counts, data):
     other = tuple(data.draw(st.integers(0, c)) for c in counts)
-    text = "<split>You get " + " ".join(f"{i}={n}" for i, n in zip(ITEMS, other)) + "</split>"
-    assert take(text, counts) == tuple(c - n for c, n in zip(counts, other))
+    text = "<split>You get " + " ".join(f"{i}={n}" for i, n in zip(ITEMS, other, strict=True)) + "</split>"
+    assert take(text, counts) == tuple(c - n for c, n in zip(counts, other, strict=True))
 
 
 # --- speed: no catastrophic backtracking -----------------------------------------------------

@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 from ibrl_bench.domains.dealnodeal import scenarios as sc
 from ibrl_bench.domains.dealnodeal.game import DealOrNoDeal
 from ibrl_bench.domains.dealnodeal.rules import (
-    all_splits, complement, dot, is_agreement, is_pareto_optimal, valid_pair,
+    all_splits,
+    complement,
+    dot,
+    is_agreement,
+    is_pareto_optimal,
+    valid_pair,
 )
 from ibrl_bench.errors import UserError
 
@@ -26,8 +31,8 @@ def check_constraints(s) -> None:
         assert all(isinstance(x, int) and x >= 0 for x in v)
         assert dot(counts, v) == 10
         assert sum(x == 0 for x in v) <= 2
-    assert all(x > 0 or y > 0 for x, y in zip(va, vb)), "every item worth something to someone"
-    assert any(x > 0 and y > 0 for x, y in zip(va, vb)), "one item worth something to both"
+    assert all(x > 0 or y > 0 for x, y in zip(va, vb, strict=True)), "every item worth something to someone"
+    assert any(x > 0 and y > 0 for x, y in zip(va, vb, strict=True)), "one item worth something to both"
 
 
 @settings(max_examples=300, deadline=None)
@@ -107,7 +112,9 @@ def test_pareto_optimality_by_brute_force():
     assert not is_pareto_optimal(counts, va, vb, (1, 2, 3))
     # Checked against an independent enumeration on many scenarios.
     for s in sc.scenario_set("dev", 40).scenarios:
-        c = tuple(s.data["counts"]); a = tuple(s.data["values"]["a"]); b = tuple(s.data["values"]["b"])
+        c = tuple(s.data["counts"])
+        a = tuple(s.data["values"]["a"])
+        b = tuple(s.data["values"]["b"])
         points = [(dot(a, t), dot(b, complement(c, t))) for t in all_splits(c)]
         for t in all_splits(c):
             ua, ub = dot(a, t), dot(b, complement(c, t))

@@ -21,7 +21,8 @@ def blocks(text: str, language: str) -> list[str]:
 def commands(block: str) -> list[list[str]]:
     """The shell commands of a bash block: continuation lines joined, comments dropped."""
     joined = block.replace("\\\n", " ")
-    return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+    return [shlex.split(line, comments=True) for line in joined.splitlines()
+            if line.strip() and not line.startswith("#")]
 
 
 @pytest.mark.slow

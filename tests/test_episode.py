@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from plugins import FailInSelect, HangInSelect
 
 from ibrl_bench.agents.spec import build_agent
 from ibrl_bench.domains import get_domain
 from ibrl_bench.runner.episode import play_episode
+from plugins import FailInSelect, HangInSelect
 
 GAME = get_domain("dealnodeal")
 SCENARIO = GAME.scenario_set("dev", 1).scenarios[0]

@@ -23,7 +23,8 @@ import pytest
 from cli_helpers import CliResult, run_in_process, run_process
 
 TESTS = Path(__file__).parent
-FAIR, BOULWARE, CONCEDER, HARDLINER = (f"scripted:dealnodeal/{n}" for n in ("fair", "boulware", "conceder", "hardliner"))
+FAIR, BOULWARE, CONCEDER, HARDLINER = (f"scripted:dealnodeal/{n}"
+                                       for n in ("fair", "boulware", "conceder", "hardliner"))
 
 
 # ---------------------------------------------------------------- the world the cases run in
@@ -65,7 +66,8 @@ def _cards(cp: Path) -> None:
     p = cp / "panels"
     (p / "latinp.yaml").write_bytes(PANEL.format(name="latinp").encode() + b"description: \xff\xfe\n")
     (p / "bombp.yaml").write_text(PANEL.format(name="bombp") + "extra:\n" + _bomb())
-    (p / "badmember.yaml").write_text(PANEL.format(name="badmember").replace("[scripted:dealnodeal/boulware]", "[boulware]"))
+    (p / "badmember.yaml").write_text(PANEL.format(name="badmember").replace("[scripted:dealnodeal/boulware]",
+                                                                             "[boulware]"))
     (p / "ts.yaml").write_text(PANEL.format(name="ts").replace("domain: dealnodeal", "domain: telesales"))
     (p / "badroles.yaml").write_text(PANEL.format(name="badroles") + "roles: [seller]\n")
     (p / "misnamed.yaml").write_text(PANEL.format(name="other"))
@@ -251,10 +253,14 @@ for spec, fragment in [
     ("boulware", "malformed agent spec"), ("", "malformed agent spec"), ("scripted:", "malformed agent spec"),
     ("scripted:dealnodeal/", "unknown scripted agent"), ("warp:x", "unknown agent kind"),
     ("Scripted:dealnodeal/fair", "malformed agent spec"), ("scripted:dealnodeal/fair extra", "malformed agent spec"),
-    ("scripted:dealnodeal/nope", "unknown scripted agent"), ("scripted:telesales/consultative", "this run plays dealnodeal"),
-    ("scripted:dealnodeal/boulware?beta=nan", "not a finite number"), ("scripted:dealnodeal/boulware?beta=inf", "not a finite number"),
-    ("scripted:dealnodeal/boulware?beta=-inf", "not a finite number"), ("scripted:dealnodeal/boulware?beta=NaN", "not a finite number"),
-    ("scripted:dealnodeal/fair?beta=x&&", "malformed parameters"), ("scripted:dealnodeal/fair?=1", "malformed parameters"),
+    ("scripted:dealnodeal/nope", "unknown scripted agent"),
+    ("scripted:telesales/consultative", "this run plays dealnodeal"),
+    ("scripted:dealnodeal/boulware?beta=nan", "not a finite number"),
+    ("scripted:dealnodeal/boulware?beta=inf", "not a finite number"),
+    ("scripted:dealnodeal/boulware?beta=-inf", "not a finite number"),
+    ("scripted:dealnodeal/boulware?beta=NaN", "not a finite number"),
+    ("scripted:dealnodeal/fair?beta=x&&", "malformed parameters"),
+    ("scripted:dealnodeal/fair?=1", "malformed parameters"),
     ("python:no_such_module:f", "cannot import"), ("python:plugins", "malformed plugin spec"),
     ("python:plugins:", "malformed plugin spec"), ("python::f", "malformed plugin spec"),
     ("python:plugins:nope", "no callable"), ("python:plugins:FIXED", "no callable"),
@@ -266,7 +272,9 @@ for spec, fragment in [
     ("python:hostile:factory_zero_division", "ZeroDivisionError"), ("python:hostile:factory_key_error", "KeyError"),
     ("python:hostile:factory_os_error", "FileNotFoundError"), ("python:hostile:factory_recursion", "RecursionError"),
     ("python:hostile:factory_empty_message", "raised Exception while building"),
-    ("python:plugins:Slow?nope=1", "unknown parameter 'nope' for python:plugins:Slow?nope=1; valid parameters: name: str = 'boulware', delay: float = 0.01"), ("python:plugins:Slow?name=nope", "unknown scripted agent"),
+    ("python:plugins:Slow?nope=1", "unknown parameter 'nope' for python:plugins:Slow?nope=1; "
+                                   "valid parameters: name: str = 'boulware', delay: float = 0.01"),
+    ("python:plugins:Slow?name=nope", "unknown scripted agent"),
     ("openai:gpt@ftp://x", "malformed spec"), ("openai:@http://127.0.0.1:9/v1", "malformed"),
     ("openai:gpt@http://127.0.0.1:9/v1?key_env=IBRL_TEST_UNSET_KEY", "IBRL_TEST_UNSET_KEY, which is not set"),
     ("openai:gpt@http://127.0.0.1:9/v1?key_env=none&temperature=-1", "bad parameter temperature"),
@@ -293,7 +301,8 @@ for agent, fragment in [("ActSystemExit", "raised SystemExit during a move"),
                         ("ActReturnsNone", "answered a move with NoneType")]:
     spec = f"python:hostile:{agent}"
     case(f"crossplay agent {agent}", vs(spec, "--out", "newrun/deeper"), fragment)
-    case(f"crossplay agent {agent}, existing empty --out", vs(spec, "--out", "emptydir", "--concurrency", "3"), fragment)
+    case(f"crossplay agent {agent}, existing empty --out", vs(spec, "--out", "emptydir", "--concurrency", "3"),
+         fragment)
     case(f"play agent {agent}", ["play", "--policy", spec], fragment)
 case("crossplay broken key", vs("python:plugins:BadKey", "--out", "newrun"), "rejected the key")
 case("crossplay broken agent, with the progress bar", ["crossplay", "--policy", "python:hostile:ActSystemExit",
@@ -321,15 +330,17 @@ case("counterparts check, key unset", ["counterparts", "check", "unsetkey"], "IB
 case("counterparts check, unknown", ["counterparts", "check", "nope"], "unknown card", CP)
 case("counterparts check, non-UTF-8", ["counterparts", "check", "latin"], "not UTF-8", CP)
 case("counterparts check, wrong domain", ["counterparts", "check", "bomb", "--domain", "chess"], "chess")
-for name, fragment in [("latinp", "not UTF-8"), ("bombp", "expands to more than"), ("badmember", "malformed agent spec"),
-                       ("badroles", "roles"), ("misnamed", "file name and `name` must match"), ("empty", "panel format"),
+for name, fragment in [("latinp", "not UTF-8"), ("bombp", "expands to more than"),
+                       ("badmember", "malformed agent spec"), ("badroles", "roles"),
+                       ("misnamed", "file name and `name` must match"), ("empty", "panel format"),
                        ("nope", "unknown panel")]:
     case(f"--panel {name}", [*X, "--policy", FAIR, "--panel", name], fragment, CP)
 case("counterparts show panel bomb", ["counterparts", "show", "bombp"], "expands to more than", CP)
 
 # Run folders given to the commands that read them.
 READERS = [["show"], ["rank"], ["passk"], ["report"], ["compare", "_", "fair", "boulware"],
-           ["mismatch", "_", "--policy", "fair", "--train-counterpart", "conceder"], ["plan", "--delta", "0.1", "--from"]]
+           ["mismatch", "_", "--policy", "fair", "--train-counterpart", "conceder"],
+           ["plan", "--delta", "0.1", "--from"]]
 for folder, fragment in [("nope", "not a run folder"), ("afile", "afile"), ("emptydir", "not a run folder"),
                          ("run_epdir", "is not a file"), ("run_badmanifest", "not a valid run manifest"),
                          ("run_badline", "not a valid episode record")]:
@@ -362,7 +373,8 @@ case("train recipe of another method", ["train", "ibrl", "--recipe", "recipes/sf
 case("train bad override", ["train", "sft", "--recipe", "recipes/sft.yaml", "steps"], "KEY=VALUE")
 case("train override bomb", ["train", "sft", "--recipe", "recipes/sft.yaml", "steps=[*a]"], "override")
 T = ["train", "unilateral", "--recipe", UNILATERAL]
-case("train unilateral, lr of another training", [*T, "out=trained", "lr=2e-4"], "another recipe (lr: 0.0001 there, 0.0002 here)")
+case("train unilateral, lr of another training", [*T, "out=trained", "lr=2e-4"],
+     "another recipe (lr: 0.0001 there, 0.0002 here)")
 case("train unilateral, role of another domain", [*T, "out=newtraining/x", "role=seller"], "not a role of dealnodeal")
 case("train unilateral, bad role over an earlier training", [*T, "out=trained_nostate", "role=c"], "not a role")
 case("train unilateral, nan lr", [*T, "out=newtraining", "lr=.nan"], "lr")
@@ -386,7 +398,8 @@ case("leaderboard verify a file", ["leaderboard", "verify", "afile"], "afile")
 for argv, fragment in [(["--scenario", "99999"], "out of range"), (["--scenario", "nope"], "no scenario 'nope'"),
                        (["--role", "seller"], "unknown role"), (["--seed", "x"], "--seed"),
                        (["--move-timeout", "nan"], "--move-timeout"), (["--move-timeout", "0"], "--move-timeout"),
-                       (["--split", "x"], "--split"), (["--max-turns", "100000000000000000000"], "--max-turns"), (["--policy", "python:plugins:Broken"], "simulated: endpoint down"),
+                       (["--split", "x"], "--split"), (["--max-turns", "100000000000000000000"], "--max-turns"),
+                       (["--policy", "python:plugins:Broken"], "simulated: endpoint down"),
                        (["--policy", "panel:dealnodeal-scripted-heldout"], "names several agents"),
                        (["--domain", "telesales", "--policy", FAIR], "this run plays telesales"),
                        (["--policy", "scripted:dealnodeal/boulware?beta=nan"], "not a finite number"),

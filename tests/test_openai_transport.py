@@ -22,12 +22,14 @@ from ibrl_bench.agents.spec import build_agent  # noqa: E402
 from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.errors import FatalAgentError  # noqa: E402
 
-OK = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "I want the books."}}],
+OK = {"choices": [{"index": 0, "finish_reason": "stop",
+                   "message": {"role": "assistant", "content": "I want the books."}}],
       "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}
 
 
 def http(status: int, body: bytes, headers: dict[str, str] | None = None) -> bytes:
-    head = [f"HTTP/1.1 {status} X", "Content-Type: application/json", f"Content-Length: {len(body)}", "Connection: close"]
+    head = [f"HTTP/1.1 {status} X", "Content-Type: application/json", f"Content-Length: {len(body)}",
+            "Connection: close"]
     head += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
@@ -47,7 +49,8 @@ def scripted(*answers: bytes | str):
         while b"\r\n\r\n" not in data:
             data += conn.recv(65536)
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
         while len(body) < length:
             body += conn.recv(65536)
 
@@ -83,7 +86,8 @@ def scripted(*answers: bytes | str):
 def act(url: str, extra: str = ""):
     game = get_domain("dealnodeal")
     state = game.start(game.scenario_set("dev", 1).scenarios[0], 0)
-    agent = build_agent(f"openai:m@{url}?key_env=none&timeout=1&backoff=0.01&max_backoff=0.02{extra}", "dealnodeal").agent
+    agent = build_agent(f"openai:m@{url}?key_env=none&timeout=1&backoff=0.01&max_backoff=0.02{extra}",
+                        "dealnodeal").agent
 
     async def once():
         try:
@@ -109,7 +113,8 @@ def test_a_request_past_its_timeout_is_retried():
     assert 0.3 <= time.perf_counter() - start < 2.5
 
 
-@pytest.mark.parametrize("bad", [b'{"id": "x", "choices": [', b'{"id": "x"}', b'[1, 2]', b'{"choices": [{"message": {"content": 7}}]}'])
+@pytest.mark.parametrize("bad", [b'{"id": "x", "choices": [', b'{"id": "x"}', b'[1, 2]',
+                                 b'{"choices": [{"message": {"content": 7}}]}'])
 def test_a_body_that_is_not_a_chat_completion_is_retried(bad):
     with scripted(http(200, bad), http(200, json.dumps(OK).encode())) as (url, seen):
         reply = act(url)
@@ -147,7 +152,8 @@ def test_without_aiohttp_the_default_transport_still_plays(monkeypatch):
 
 def test_parse_completion_reads_text_tokens_and_finish_reason():
     done = parse_completion(json.dumps(OK).encode())
-    assert (done.text, done.prompt_tokens, done.completion_tokens, done.finish_reason) == ("I want the books.", 11, 4, "stop")
+    assert (done.text, done.prompt_tokens, done.completion_tokens, done.finish_reason) == (
+        "I want the books.", 11, 4, "stop")
     assert parse_completion(b'{"choices": []}').text is None  # empty: the retry layer judges it
     no_usage = parse_completion(b'{"choices": [{"message": {"content": "hi"}}]}')
     assert (no_usage.text, no_usage.prompt_tokens, no_usage.completion_tokens) == ("hi", 0, 0)

@@ -22,11 +22,11 @@ def test_every_dealnodeal_prompt_holds_the_pool_and_only_the_roles_own_values(pr
             text = json.dumps(game.chat_messages(game.observe(state, role), prompt))
             own, other = scenario.data["values"][role], scenario.data["values"][game.other(role)]
             sep = ", " if prompt == "full" else " "
-            assert sep.join(f"{i}={v}" for i, v in zip(ITEMS, own)) in text
+            assert sep.join(f"{i}={v}" for i, v in zip(ITEMS, own, strict=True)) in text
             if other != own:
-                assert sep.join(f"{i}={v}" for i, v in zip(ITEMS, other)) not in text
+                assert sep.join(f"{i}={v}" for i, v in zip(ITEMS, other, strict=True)) not in text
             if prompt == "compact":
-                assert " ".join(f"{i}={n}" for i, n in zip(ITEMS, scenario.data["counts"])) in text
+                assert " ".join(f"{i}={n}" for i, n in zip(ITEMS, scenario.data["counts"], strict=True)) in text
 
 
 def test_telesales_compact_prompt_holds_each_side_its_own_brief_only():
@@ -75,17 +75,21 @@ def test_the_compact_select_prompt_restates_the_deal_on_the_table_for_each_side(
     scenario = game.scenario_set("dev", 1).scenarios[0]
     counts = scenario.data["counts"]
     take = [min(1, n) for n in counts]
-    rest = [n - t for n, t in zip(counts, take)]
+    rest = [n - t for n, t in zip(counts, take, strict=True)]
     state = game.start(scenario, 0)
     first = state.speaker
-    game.apply(state, first, "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, [9, 9, 9])) + "</propose>")
-    game.apply(state, game.other(first), "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, take)) + "</propose>")
+    game.apply(state, first,
+               "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, [9, 9, 9], strict=True)) + "</propose>")
+    game.apply(state, game.other(first),
+               "<propose>" + " ".join(f"{i}={n}" for i, n in zip(ITEMS, take, strict=True)) + "</propose>")
     game.apply(state, first, "<selection>")
     said = {role: game.chat_messages(game.observe(state, role), "compact")[-1]["content"] for role in game.roles}
     # The last readable proposal counts (the first one asks for more than the pool holds).
     # Last, as the opening of the split it would be: the latest <split> before the answer is the deal's.
-    assert said[game.other(first)].endswith(f"you take:\n<split>{' '.join(f'{i}={n}' for i, n in zip(ITEMS, take))}")
-    assert said[first].endswith(f"you take:\n<split>{' '.join(f'{i}={n}' for i, n in zip(ITEMS, rest))}")
+    take_tags = " ".join(f"{i}={n}" for i, n in zip(ITEMS, take, strict=True))
+    rest_tags = " ".join(f"{i}={n}" for i, n in zip(ITEMS, rest, strict=True))
+    assert said[game.other(first)].endswith(f"you take:\n<split>{take_tags}")
+    assert said[first].endswith(f"you take:\n<split>{rest_tags}")
     quiet = game.start(scenario, 1)
     for _ in range(quiet.max_turns):
         game.apply(quiet, quiet.speaker, "hello")

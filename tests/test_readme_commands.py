@@ -36,7 +36,8 @@ SKIPPED = {
     "ibrl-bench train ibrl --recipe training/dealnodeal-tiny-ibrl.yaml": TRAINED_ELSEWHERE,
     "ibrl-bench train unilateral --recipe training/dealnodeal-tiny-unilateral.yaml": TRAINED_ELSEWHERE,
     "ibrl-bench miniature --recipe training/miniature/miniature.yaml":
-        "the whole experiment in miniature, about an hour of CPU; tests/test_miniature.py runs it with a smaller recipe",
+        "the whole experiment in miniature, about an hour of CPU; "
+        "tests/test_miniature.py runs it with a smaller recipe",
     ".venv/bin/python benchmarks/crossplay_throughput.py": MEASUREMENT,
     ".venv/bin/python benchmarks/harness_overhead.py": MEASUREMENT,
     ".venv/bin/python benchmarks/endpoint_throughput.py": MEASUREMENT,

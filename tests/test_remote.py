@@ -134,8 +134,8 @@ def test_the_fake_endpoints_latency_runs_from_arrival_with_the_agent_behind_it_i
 def test_concurrency_limit_is_per_endpoint_and_shared_by_all_episodes(tmp_path):
     app = make_app(Faults(latency_ms=20))
     with serve(app) as url:
-        run(tmp_path / "x", remote(url, extra="&concurrency=2"), counterparts=[remote(url, CONCEDER, extra="&concurrency=2")],
-            scenarios=4, concurrency=8)
+        run(tmp_path / "x", remote(url, extra="&concurrency=2"),
+            counterparts=[remote(url, CONCEDER, extra="&concurrency=2")], scenarios=4, concurrency=8)
     assert app.state.max_inflight == 2
 
 
@@ -215,10 +215,10 @@ def test_prompts_hold_only_the_roles_own_values():
         obs = game.observe(state, role)
         text = json.dumps(game.chat_messages(obs))
         own = scenario.data["values"][role]
-        assert ", ".join(f"{i}={v}" for i, v in zip(("book", "hat", "ball"), own)) in text
+        assert ", ".join(f"{i}={v}" for i, v in zip(("book", "hat", "ball"), own, strict=True)) in text
         other = scenario.data["values"][game.other(role)]
         if other != own:
-            assert ", ".join(f"{i}={v}" for i, v in zip(("book", "hat", "ball"), other)) not in text
+            assert ", ".join(f"{i}={v}" for i, v in zip(("book", "hat", "ball"), other, strict=True)) not in text
 
 
 def test_telesales_prompts_hold_only_the_roles_own_brief():
@@ -246,7 +246,8 @@ def test_telesales_plays_over_http_like_in_process(tmp_path):
     a, b = by_game(direct.store.records()), by_game(http.store.records())
     assert a.keys() == b.keys()
     assert all(b[k].outcome == a[k].outcome for k in a)
-    assert json.loads((tmp_path / "http" / "manifest.json").read_text())["identity"]["prompt"].startswith("ts-prompt-v1")
+    manifest = json.loads((tmp_path / "http" / "manifest.json").read_text())
+    assert manifest["identity"]["prompt"].startswith("ts-prompt-v1")
 
 
 def test_a_litellm_model_without_a_key_is_not_said_to_have_its_key_rejected(monkeypatch):

@@ -133,7 +133,8 @@ def test_analysis_commands(run_folder, one_seed_run, capsys):
     code, out, _ = cli("rank", run, "--json", capsys=capsys)
     ranked = json.loads(out)
     assert code == 0 and "linprog" in ranked["nash"]["solver"]
-    assert all(r["rank_low"] <= r["rank"] <= r["rank_high"] or r["rank_low"] <= r["rank_high"] for r in ranked["uniform"])
+    assert all(r["rank_low"] <= r["rank"] <= r["rank_high"] or r["rank_low"] <= r["rank_high"]
+               for r in ranked["uniform"])
     assert all(0 <= v["p_support"] <= 1 for v in ranked["nash"]["values"])
     assert abs(sum(ranked["nash"]["counterpart_weights"].values()) - 1) < 1e-6
 
@@ -149,7 +150,8 @@ def test_analysis_commands(run_folder, one_seed_run, capsys):
 @pytest.mark.parametrize("args, fragment", [
     (["compare", "{run}", "boulware", "nobody"], "not both policies nor both counterparts"),
     (["compare", "{run}", "boulware", "fair", "--metric", "elo"], "unknown metric 'elo'"),
-    (["mismatch", "{run}", "--policy", "nobody", "--train-counterpart", "conceder"], "policy 'nobody' is not in the run"),
+    (["mismatch", "{run}", "--policy", "nobody", "--train-counterpart", "conceder"],
+     "policy 'nobody' is not in the run"),
     (["mismatch", "{run}", "--policy", "fair", "--train-counterpart", "fair"], "counterpart 'fair' is not in the run"),
     (["mismatch", "{run}", "--method", "fair", "conceder", "--heldout", "conceder", "--heldout", "random"],
      "--include-train-in-panel"),
@@ -261,7 +263,7 @@ def test_report_in_headless_chromium(report, run_folder, tmp_path):
     values_b = domain.observe(domain.start(scenario, 0), "b").private["values"]
     policy_role = first["policy_role"]
     own, other = (private["values"], values_b) if policy_role == "a" else (values_b, private["values"])
-    expected = [str(x) for item, count, v, w in zip(private["items"], private["counts"], own, other)
+    expected = [str(x) for item, count, v, w in zip(private["items"], private["counts"], own, other, strict=True)
                 for x in (item, count, v, w)]
     assert cells == expected
     # The browser lists the episodes of that cell (filtered by the link), 16 = 8 scenarios x 2 seeds.

@@ -240,5 +240,5 @@ def test_the_index_reads_summaries_and_offsets_that_lead_back_to_the_newest_reco
     records = runner.store.read_at([offset for _, offset in index.values()])
     assert records == list(latest.values())
     assert records[2].transcript[0].text == "a newer record of the same episode"
-    for (summary, _), record in zip(index.values(), records):
+    for (summary, _), record in zip(index.values(), records, strict=True):
         assert summary.model_dump() == record.model_dump(exclude={"transcript"})

@@ -31,8 +31,8 @@ async def _play(agents: dict[str, Agent], scenario, seed: int):
     while not state.over:
         roles = DOMAIN.to_move(state)
         observations = [DOMAIN.observe(state, r) for r in roles]
-        replies = [await agents[r].act(o) for r, o in zip(roles, observations)]
-        for role, obs, reply in zip(roles, observations, replies):
+        replies = [await agents[r].act(o) for r, o in zip(roles, observations, strict=True)]
+        for role, obs, reply in zip(roles, observations, replies, strict=True):
             log.append((obs, reply.text))
             DOMAIN.apply(state, role, reply.text)
     return state, DOMAIN.outcome(state), log
@@ -84,16 +84,17 @@ def test_bad_parameters_are_user_errors():
         build_scripted("dealnodeal", "boulware", {"beta": "fast"})
     with pytest.raises(UserError, match="reservation"):
         build_scripted("dealnodeal", "conceder", {"reservation": 11})
-    with pytest.raises(UserError, match=r"unknown parameter 'nonsense' for scripted:dealnodeal/fair; valid parameters: "):
+    with pytest.raises(UserError,
+                       match=r"unknown parameter 'nonsense' for scripted:dealnodeal/fair; valid parameters: "):
         build_scripted("dealnodeal", "fair", {"nonsense": 1})
-    with pytest.raises(UserError, match=r"valid parameters: beta: float = 0.2, reservation: float = 6.0, u_max: float = 10.0, "
-                                        r"terse: bool = False$"):
+    with pytest.raises(UserError, match=r"valid parameters: beta: float = 0.2, reservation: float = 6.0, "
+                                        r"u_max: float = 10.0, terse: bool = False$"):
         build_scripted("dealnodeal", "boulware", {"foo": 1})
 
 
 def test_every_pairing_speaks_the_protocol(matrix):
     for (x, y), episodes in matrix.items():
-        for state, outcome, log in episodes:
+        for _state, outcome, log in episodes:
             assert outcome.status != "invalid", (x, y, outcome.detail)
             for obs, text in log:
                 if obs.phase == "talk":  # every message proposes or ends the talk
@@ -209,7 +210,7 @@ def test_random_proposals_are_legal_and_varied(matrix):
     takes = set()
     for name in NAMES:
         for obs, take in proposals_of(matrix["random", name], "a"):
-            assert all(0 <= n <= c for n, c in zip(take, obs.private["counts"]))
+            assert all(0 <= n <= c for n, c in zip(take, obs.private["counts"], strict=True))
             takes.add((obs.scenario_id, take))
     assert len(takes) > 40
 
@@ -255,7 +256,7 @@ def test_terse_negotiators_make_the_same_moves_in_tags_alone(name):
                      scenario, 3)
         assert terse[1] == plain[1]  # the same outcome, turn for turn
         counts = tuple(scenario.data["counts"])
-        for (_, said), (_, short) in zip(plain[2], terse[2]):
+        for (_, said), (_, short) in zip(plain[2], terse[2], strict=True):
             assert parse_proposal(short, counts) == parse_proposal(said, counts)
             assert has_selection(short) == has_selection(said)
             if parse_proposal(short, counts) is not None:

@@ -130,7 +130,7 @@ def test_bad_tables_fail_clearly():
 
 def test_numeric_domain_metrics_are_means_over_episodes_where_defined():
     rows = [episode("s1"), episode("s2"), episode("s3", agreement=False), episode("s4", status="error")]
-    for row, margin in zip(rows, [0.2, 0.4, None, 9.0]):
+    for row, margin in zip(rows, [0.2, 0.4, None, 9.0], strict=True):
         row["m_margin"] = margin
     m = cell_metrics(frame(rows))
     assert m["margin"].estimate == pytest.approx(0.3)  # the error row and the undefined one are out

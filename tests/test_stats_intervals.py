@@ -137,8 +137,8 @@ def test_rate_interval_coverage_at_the_edges():
 def test_paired_intervals_cover_at_20_scenarios():
     """20 scenarios; two policies share a scenario effect u ~ N(0, 1) on the probit scale (rates,
     1/3/10 seeds) or the score scale (scores, 3 seeds, noise N(0, 1)). 200 replications per
-    setting, seed 21 (binomial noise +-0.015 around coverage near 0.97). Fails if any setting covers the true difference less than 0.93 (the old
-    paired bootstrap covered 0.90-0.92 here)."""
+    setting, seed 21 (binomial noise +-0.015 around coverage near 0.97). Fails if any setting
+    covers the true difference less than 0.93 (the old paired bootstrap covered 0.90-0.92 here)."""
     rng = np.random.default_rng(21)
     u_truth = np.random.default_rng(0).normal(0, 1, 400_000)
     for pa, pb in ((0.98, 0.9), (0.5, 0.4), (0.02, 0.02)):
@@ -150,7 +150,7 @@ def test_paired_intervals_cover_at_20_scenarios():
             yb = rng.binomial(m, stats.norm.cdf(b + u)) / m
             scen = np.arange(20)
             hits = 0
-            for ra, rb in zip(ya, yb):
+            for ra, rb in zip(ya, yb, strict=True):
                 iv = paired_interval(ra, rb, scen, True, with_test=False).difference if m == 1 else \
                     _paired_means(ra, rb, m)
                 hits += iv.low <= truth <= iv.high

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.stats.mismatch import gap_matrix, mismatch, mismatch_many
 from ibrl_bench.stats.intervals import holm
+from ibrl_bench.stats.mismatch import gap_matrix, mismatch, mismatch_many
 from simulate import frame, matrix_scores
 
 # Successes out of 8 scenarios (one seed): the first n scenarios succeed.
@@ -20,7 +20,7 @@ KNOWN = {
 }
 
 
-def known_matrix() -> "pd.DataFrame":  # noqa: F821
+def known_matrix() -> pd.DataFrame:  # noqa: F821
     return frame([dict(policy=p, counterpart=c, scenario_id=f"s{i}", success=i < n)
                   for (p, c), n in KNOWN.items() for i in range(8)])
 
@@ -112,7 +112,7 @@ def test_mismatch_intervals_cover_the_truth():
     rng = np.random.default_rng(99)
     n_sims = 40
     hits = dict.fromkeys(truth, 0)
-    for sim in range(n_sims):
+    for _ in range(n_sims):
         df = matrix_scores(rng, means, n_scenarios=40, n_seeds=2)
         m = mismatch(df, "P", "C", reference="P0", metric="policy_score", view="panel")
         got = {"gap": m.gap.difference, "loss": m.proportional_loss, "h2": m.per_heldout[1].difference, "did": m.did}

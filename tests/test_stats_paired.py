@@ -11,6 +11,7 @@ from ibrl_bench.stats.intervals import holm, paired_interval
 from ibrl_bench.stats.paired import compare
 from simulate import frame
 
+
 def test_holm_matches_the_textbook_example():
     # p = 0.01, 0.04, 0.03, 0.005 (m = 4): sorted 0.005*4, 0.01*3, 0.03*2, 0.04*1, made monotone.
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
@@ -20,8 +21,10 @@ def test_holm_matches_the_textbook_example():
 
 
 def two_policies(rows_a, rows_b, **extra):
-    rows = [dict(policy="A", counterpart="c", scenario_id=f"s{i}", success=bool(x), **extra) for i, x in enumerate(rows_a)]
-    rows += [dict(policy="B", counterpart="c", scenario_id=f"s{i}", success=bool(x), **extra) for i, x in enumerate(rows_b)]
+    rows = [dict(policy="A", counterpart="c", scenario_id=f"s{i}", success=bool(x), **extra)
+            for i, x in enumerate(rows_a)]
+    rows += [dict(policy="B", counterpart="c", scenario_id=f"s{i}", success=bool(x), **extra)
+             for i, x in enumerate(rows_b)]
     return frame(rows)
 
 
@@ -45,7 +48,8 @@ def test_the_issue_case_five_discordant_episodes_in_three_scenarios():
     for i in range(3):
         for k in range(2):
             rows.append(dict(policy="A", counterpart="c", scenario_id=f"s{i}", seed=k, success=True))
-            rows.append(dict(policy="B", counterpart="c", scenario_id=f"s{i}", seed=k, success=(f"s{i}", k) not in wins))
+            rows.append(dict(policy="B", counterpart="c", scenario_id=f"s{i}", seed=k,
+                             success=(f"s{i}", k) not in wins))
     c = compare(frame(rows), "A", "B")
     p, iv = c.overall.test.p_value, c.overall.difference
     assert (p < 0.05) == iv.excludes(0.0)

@@ -65,7 +65,7 @@ def test_intervals_cover_the_population_values():
     truth_hat = beta_fn(a + 2, b) / beta_fn(a, b)
     rng = np.random.default_rng(5)
     n_sims, hits_at, hits_hat = 200, 0, 0
-    for sim in range(n_sims):
+    for _ in range(n_sims):
         p = rng.beta(a, b, 60)
         ok = rng.random((60, 4)) < p[:, None]
         rows = [dict(policy="P", counterpart="C", scenario_id=f"s{i}", seed=k, success=bool(ok[i, k]))

@@ -77,7 +77,7 @@ def test_rankings_on_a_run_with_a_duplicated_counterpart():
     """Adding a copy of a counterpart to the panel moves the uniform mean, never Nash averaging."""
     rng = np.random.default_rng(1)
     means = {(p, c): mu for p, row in {"A": [0.9, 0.5, 0.3], "B": [0.4, 0.6, 0.5], "C": [0.7, 0.7, 0.2]}.items()
-             for c, mu in zip(["c1", "c2", "c3"], row)}
+             for c, mu in zip(["c1", "c2", "c3"], row, strict=True)}
     df = matrix_scores(rng, means, n_scenarios=20, n_seeds=1, sd_scenario=0.1, sd_noise=0.1)
     copy = df[df["counterpart"] == "c3"].assign(counterpart="c3-copy")
     base, dup = rankings(df, metric="policy_score"), rankings(pd_concat(df, copy), metric="policy_score")
@@ -153,7 +153,7 @@ def test_near_copies_are_merged_and_support_probabilities_reported():
     assert (np.c_[s, s[:, 0]] @ q_dup)[1] == pytest.approx((s @ q)[1], abs=1e-8)
     rng = np.random.default_rng(3)
     means = {(p, c): mu for p, row in {"A": [0.9, 0.3], "B": [0.3, 0.9], "C": [0.2, 0.2]}.items()
-             for c, mu in zip(["c1", "c2"], row)}
+             for c, mu in zip(["c1", "c2"], row, strict=True)}
     r = rankings(matrix_scores(rng, means, n_scenarios=20, n_seeds=1, sd_scenario=0.1, sd_noise=0.1),
                  metric="policy_score", nash_resamples=40)
     support = {v.policy: v.p_support for v in r.nash.values}

@@ -22,7 +22,8 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 
 def test_help_of_the_cli_and_of_train_imports_no_model_stack():
     script = ("import sys\nfrom ibrl_bench.cli import cli\n"
-              "for args in (['--help'], ['train', '--help'], ['train', 'sft', '--help'], ['train', 'unilateral', '-h']):\n"
+              "for args in (['--help'], ['train', '--help'], ['train', 'sft', '--help'],"
+              " ['train', 'unilateral', '-h']):\n"
               "    print('=====')\n"
               "    try:\n        cli.main(args=args, standalone_mode=False, terminal_width=200)\n"
               "    except SystemExit:\n        pass\n"

@@ -54,7 +54,8 @@ def collect_with_rewards(*args, **kwargs):
         for i, r in enumerate(g.rollouts):
             n = sum(len(s.completion_ids) for s in r.samples.get("a", [])) + i
             m = sum(s.completion_ids[0] for s in r.samples.get("b", [])) + i
-            r.outcome = r.outcome.model_copy(update={"rewards": {"a": float(n % 5), "b": float(m % 7) + b_offset * (i + 1)}})
+            rewards = {"a": float(n % 5), "b": float(m % 7) + b_offset * (i + 1)}
+            r.outcome = r.outcome.model_copy(update={"rewards": rewards})
     return groups
 
 def whole(p):
@@ -80,12 +81,13 @@ def fewer_on_rank_1(groups, role, options):  # one move where rank 0 has two: fe
 
 ibrl.collect, ibrl.update_all, ibrl.role_batch = collect_with_rewards, update_and_record, fewer_on_rank_1
 model = ModelOptions(model=base, lora=LoraOptions(r=4) if lora else None, device="cpu")
-fields = dict(model=model, out=out, steps=int(os.environ.get("TEST_STEPS", "2")), scenarios_per_step=2, group_size=2, max_new_tokens=8, max_turns=2,
-              lr=0.05, kl_coef=0.1, micro_batch_size=1 if uneven else 2, max_length=96)
+fields = dict(model=model, out=out, steps=int(os.environ.get("TEST_STEPS", "2")), scenarios_per_step=2, group_size=2,
+              max_new_tokens=8, max_turns=2, lr=0.05, kl_coef=0.1, micro_batch_size=1 if uneven else 2, max_length=96)
 if trainer == "ibrl":
     seen["specs"] = ibrl.run(ibrl.IBRLConfig(**fields))
 else:
-    seen["specs"] = unilateral.run(unilateral.UnilateralConfig(**fields, role="a", counterpart="scripted:dealnodeal/boulware"))
+    seen["specs"] = unilateral.run(unilateral.UnilateralConfig(**fields, role="a",
+                                                               counterpart="scripted:dealnodeal/boulware"))
 with open(os.path.join(out, f"rank-{rank}.json"), "w") as f:
     json.dump(seen, f)
 torch.save(weights, os.path.join(out, f"rank-{rank}.pt"))
@@ -105,7 +107,8 @@ def launch(base, out, processes, mode, trainer="ibrl", lora=True, b_offset=0.0, 
         env["ACCELERATE_USE_FSDP"] = "true"  # what `distributed_type: FSDP` in a launch config sets
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                            "--master_addr", "127.0.0.1", "--master_port", str(port), str(worker), str(base), str(out),
-                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw", "uneven" if uneven else "even"],
+                           trainer, "lora" if lora else "full", str(b_offset), "sgd" if sgd else "adamw",
+                           "uneven" if uneven else "even"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-4000:]
     return [(json.loads((out / f"rank-{r}.json").read_text()), torch.load(out / f"rank-{r}.pt"))
@@ -152,15 +155,15 @@ def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tm
     (first, first_weights), (second, second_weights) = ranks
     assert first["sharded"] == (mode == "fsdp") and second["sharded"] == (mode == "fsdp")
     # Whole groups per process: the two processes played different halves of every step.
-    for mine, theirs in zip(first["scenarios"], second["scenarios"]):
+    for mine, theirs in zip(first["scenarios"], second["scenarios"], strict=True):
         assert len(mine) == len(theirs) == 1 and mine != theirs
     # One set of weights and one set of metrics, on every process.
-    for step_a, step_b in zip(first_weights, second_weights):
+    for step_a, step_b in zip(first_weights, second_weights, strict=True):
         for role in step_a:
-            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
+            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role], strict=True))
     assert first["metrics"] == second["metrics"]
     one, one_weights = single(tiny_model_1layer, tmp_path_factory, trainer, lora)
-    assert [sorted(a + b) for a, b in zip(first["scenarios"], second["scenarios"])] == one["scenarios"]
+    assert [sorted(a + b) for a, b in zip(first["scenarios"], second["scenarios"], strict=True)] == one["scenarios"]
     assert_close_metrics(first["metrics"], one["metrics"])
     assert_close_weights(first_weights, one_weights)
     assert all(m["tokens"] > 0 for m in first["metrics"])
@@ -179,9 +182,9 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_mod
     one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
     buffers in every forward) and nobody waits forever."""
     (first, first_weights), (second, second_weights) = launch(tiny_model_1layer, tmp_path / "out", 2, mode, uneven=True)
-    for step_a, step_b in zip(first_weights, second_weights):
+    for step_a, step_b in zip(first_weights, second_weights, strict=True):
         for role in step_a:
-            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role]))
+            assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role], strict=True))
     assert first["metrics"] == second["metrics"]
     assert all(m["tokens"] > 0 for m in first["metrics"])
 
@@ -192,8 +195,8 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     (other, other_weights), _ = launch(tiny_model_1layer, tmp_path / "two", 2, "fsdp", b_offset=3.5, sgd=False)
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
-    assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"]))
-    assert any(not torch.equal(p, q) for p, q in zip(weights[0]["b"], other_weights[0]["b"]))
+    assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"], strict=True))
+    assert any(not torch.equal(p, q) for p, q in zip(weights[0]["b"], other_weights[0]["b"], strict=True))
     # Each optimizer holds its own adapter's shards, and nothing else.
     for role, names in first["optimizers"].items():
         assert names and all(f".policy_{role}." in n and "lora_" in n for n in names)
@@ -202,7 +205,8 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
 
     spec = first["specs"]["a"]
     saved = load_file(f"{spec.split('adapter=')[1]}/adapter_model.safetensors")
-    trained = {name.replace(".policy_a.", "."): w for name, w in zip(first["names"]["a"], weights[-1]["a"], strict=True)}
+    trained = {name.replace(".policy_a.", "."): w
+               for name, w in zip(first["names"]["a"], weights[-1]["a"], strict=True)}
     assert set(saved) == set(trained)
     assert all(torch.equal(saved[k], trained[k]) for k in saved)
     runner = Crossplay(CrossplayConfig(policies=[f"{spec}&max_new_tokens=8"],
@@ -215,6 +219,6 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     launch(tiny_model_1layer, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=1)
     resumed = launch(tiny_model_1layer, tmp_path / "resumed", 2, "fsdp", sgd=False, steps=2)
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
-    for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed):
+    for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed, strict=True):
         for role, tensors in straight_weights[-1].items():
             assert all(torch.equal(a, b) for a, b in zip(tensors, resumed_weights[-1][role], strict=True)), role

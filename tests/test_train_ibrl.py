@@ -17,8 +17,8 @@ from ibrl_bench.domains import get_domain  # noqa: E402
 from ibrl_bench.models.loading import load_model, resolve_source  # noqa: E402
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig  # noqa: E402
 from ibrl_bench.train import ibrl, unilateral  # noqa: E402
-from ibrl_bench.train.ibrl import IBRLConfig, update_all  # noqa: E402
 from ibrl_bench.train.distributed import make_accelerator  # noqa: E402
+from ibrl_bench.train.ibrl import IBRLConfig, update_all  # noqa: E402
 from ibrl_bench.train.losses import group_advantages, grpo_loss  # noqa: E402
 from ibrl_bench.train.policy import LoraOptions, ModelOptions, load_policies  # noqa: E402
 from ibrl_bench.train.rollout import collect, policy_agents  # noqa: E402
@@ -61,10 +61,10 @@ def test_changing_b_rewards_leaves_a_update_bit_identical(tiny_model_1layer, tmp
     _, second = trained(cfg, other)
     _, reversed_order = trained(cfg, other, order=("b", "a"))  # b updated before a: no matter
     initial = load_policies(cfg.model, ["a", "b"], cfg.lr, reference=False)["a"].parameters()
-    assert any(not torch.equal(p, q) for p, q in zip(first["a"], initial)), "a was updated"
-    assert all(torch.equal(p, q) for p, q in zip(first["a"], second["a"]))
-    assert all(torch.equal(p, q) for p, q in zip(first["a"], reversed_order["a"]))
-    assert any(not torch.equal(p, q) for p, q in zip(first["b"], second["b"]))
+    assert any(not torch.equal(p, q) for p, q in zip(first["a"], initial, strict=True)), "a was updated"
+    assert all(torch.equal(p, q) for p, q in zip(first["a"], second["a"], strict=True))
+    assert all(torch.equal(p, q) for p, q in zip(first["a"], reversed_order["a"], strict=True))
+    assert any(not torch.equal(p, q) for p, q in zip(first["b"], second["b"], strict=True))
 
 
 @pytest.mark.slow
@@ -82,7 +82,7 @@ def test_a_long_dialogue_keeps_its_private_values_from_rollout_to_update(tiny_mo
         said = [t.text for t in rollout.transcript if t.public and t.text.strip()]
         for role in ("a", "b"):
             own = "Your private values per item: " + ", ".join(
-                f"{item}={v}" for item, v in zip(("book", "hat", "ball"), values[role]))
+                f"{item}={v}" for item, v in zip(("book", "hat", "ball"), values[role], strict=True))
             for sample in rollout.samples[role]:
                 assert len(sample.prompt_ids) <= cfg.max_length - cfg.max_new_tokens
                 batch = collate([sample], tok.pad_token_id, cfg.max_length)
@@ -181,7 +181,8 @@ def test_a_role_batch_holds_its_own_moves_only(monkeypatch):
         assert samples == expected
         assert {x.completion_ids[0] for x in samples} == {ord(role)}
         # Every move carries its episode's advantage from its own role's rewards (a: 0, 1, 2 -> -1, 0, 1).
-        per_episode = [a for g in groups for r, a in zip(g.rollouts, group_advantages(g.rewards(role), True))
+        per_episode = [a for g in groups
+                       for r, a in zip(g.rollouts, group_advantages(g.rewards(role), True), strict=True)
                        for _ in r.samples[role]]
         assert advantages == pytest.approx(per_episode)
     assert seen["policy-a"][1][:2] == pytest.approx([-1.0, -1.0], abs=1e-3)
@@ -211,7 +212,7 @@ def test_gradients_do_not_accumulate_across_updates(tiny_model_1layer, tmp_path)
     assert len(seen) == 4
     assert any(g.abs().sum() > 0 for g in seen[0])
     for later in seen[1:]:
-        assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-8) for g, h in zip(seen[0], later))
+        assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-8) for g, h in zip(seen[0], later, strict=True))
 
 
 def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_off(tiny_model_1layer):
@@ -227,7 +228,7 @@ def test_gradient_checkpointing_changes_memory_not_gradients_and_keeps_dropout_o
             (first * batch.action_mask).sum().backward()
         assert model.training == checkpointing  # transformers checkpoints only in training mode
         grads.append([p.grad.clone() for p in policy.parameters()])
-    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads))
+    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads, strict=True))
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-on-top", "full"])
@@ -258,7 +259,8 @@ def test_training_from_a_warm_start_adapter_starts_and_saves_from_it_merged(tiny
     saved = load_model(resolve_source(str(tmp_path / "ckpt")), device="cpu").model
     with torch.no_grad(), policy.active() as model:
         live = model(input_ids=ids).logits
-        assert torch.allclose(live, saved(input_ids=ids).logits, rtol=1e-5, atol=1e-4)  # merged on save: float32 rounding, as above
+        # merged on save: float32 rounding, as above
+        assert torch.allclose(live, saved(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
         assert not torch.allclose(live, warmed(input_ids=ids).logits, atol=1e-4)
 
 

@@ -14,7 +14,8 @@ ln = math.log
 
 def test_group_advantages_by_hand():
     # mean 3, centred [-2, -1, 0, 3]; unbiased std = sqrt((4 + 1 + 0 + 9) / 3) = 2.1602469
-    assert group_advantages([1, 2, 3, 6], scale=True, eps=1e-12) == pytest.approx([-0.9258201, -0.4629100, 0.0, 1.3887301])
+    assert group_advantages([1, 2, 3, 6], scale=True, eps=1e-12) == pytest.approx(
+        [-0.9258201, -0.4629100, 0.0, 1.3887301])
     assert group_advantages([1, 2, 3, 6], scale=False) == pytest.approx([-2.0, -1.0, 0.0, 3.0])
     # A group whose rewards are all equal teaches nothing (and does not divide by zero).
     assert group_advantages([5, 5, 5], scale=True) == [0.0, 0.0, 0.0]

@@ -103,7 +103,8 @@ def test_vllm_rollouts_are_a_recipe_option_for_lora_runs_only(tmp_path):
     assert load_recipe(write(tmp_path, lora), IBRLConfig).rollout_engine == "hf"
     assert load_recipe(write(tmp_path, lora + "rollout_engine: vllm\n"), IBRLConfig).rollout_engine == "vllm"
     full = "version: 1\nmethod: ibrl\nout: o\nmodel: {model: hf:x}\n"
-    for config_class, extra in ((IBRLConfig, ""), (UnilateralConfig, "role: a\ncounterpart: scripted:dealnodeal/fair\n")):
+    for config_class, extra in ((IBRLConfig, ""),
+                                (UnilateralConfig, "role: a\ncounterpart: scripted:dealnodeal/fair\n")):
         with pytest.raises(UserError) as e:
             load_recipe(write(tmp_path, full + extra), config_class, ["rollout_engine=vllm"])
         message = str(e.value)

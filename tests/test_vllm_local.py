@@ -268,7 +268,8 @@ def test_seeded_sampling_does_not_depend_on_the_batch(engine, vtiny):
     assert agent.generate_batch(reqs[::-1])[::-1] == together
     assert agent.generate_batch(reqs[:2] + reqs[4:])[2:] == together[4:]
     reseeded = agent.generate_batch(requests(6, seed=5000))
-    assert sum(a.text != b.text for a, b in zip(reseeded, together)) >= 4, "another seed samples other moves"
+    differ = sum(a.text != b.text for a, b in zip(reseeded, together, strict=True))
+    assert differ >= 4, "another seed samples other moves"
     greedy = agent_on(engine, vtiny, max_new_tokens=16).generate_batch(reqs)
     assert [r.text for r in greedy] != [r.text for r in together]
 
@@ -278,8 +279,8 @@ def hf_scores(model, results, temperature, top_p=1.0):
     temperature, then top-p (the distribution `hf:` samples from), per completion token."""
     import torch
 
-    from ibrl_bench.agents.params import GenerationParams
     from ibrl_bench.agents.hf_local import sampled_logprobs
+    from ibrl_bench.agents.params import GenerationParams
 
     params = GenerationParams(temperature=temperature, top_p=top_p)
     out = []
@@ -310,7 +311,7 @@ def test_traced_logprobs_are_those_of_the_sampling_distribution(engine, vtiny, t
         assert all(i not in eos for i in t.completion_ids[:-1]), "cut at the first end-of-sequence id"
     model = AutoModelForCausalLM.from_pretrained(vtiny).eval()
     expected = hf_scores(model, results, temperature, top_p)
-    for r, want in zip(results, expected):
+    for r, want in zip(results, expected, strict=True):
         assert r.trace.logprobs == pytest.approx(want, abs=2e-3)
     if top_p == 1.0:  # what the trainer recomputes for its GRPO ratio (samples.token_logprobs)
         samples = [Sample(r.trace.prompt_ids, r.trace.completion_ids, r.trace.logprobs) for r in results]
@@ -331,7 +332,7 @@ def test_trace_prompt_ids_are_the_hf_prompt_ids(engine, vtiny):
     agent = agent_on(engine, vtiny, trace=True, max_new_tokens=8)
     reqs = requests(3)
     hf_tokenizer = load_tokenizer(vtiny, "tiny")
-    for req, result in zip(reqs, agent.generate_batch(reqs)):
+    for req, result in zip(reqs, agent.generate_batch(reqs), strict=True):
         assert result.trace.prompt_ids == prompt_ids(hf_tokenizer, req.messages, None)
 
 
@@ -352,7 +353,7 @@ def test_a_peft_adapter_loads_and_decodes_as_peft_does(engine, vtiny, tmp_path):
     adapted = agent_on(engine, vtiny, trace=True, lora=request, max_new_tokens=16).generate_batch(reqs)
     assert [r.text for r in adapted] != [r.text for r in plain]
     peft = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(vtiny), tmp_path / "adapter").eval()
-    for r, want in zip(adapted, hf_scores(peft, adapted, 0.0)):
+    for r, want in zip(adapted, hf_scores(peft, adapted, 0.0), strict=True):
         assert r.trace.logprobs == pytest.approx(want, abs=2e-3)
 
 
@@ -364,7 +365,8 @@ def test_a_vllm_spec_with_an_adapter_plays(vtiny, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(vtiny)
     get_peft_model(base, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                     init_lora_weights=False)).save_pretrained(tmp_path / "adapter")
-    agent = build_agent(f"vllm:{vtiny}?adapter={tmp_path / 'adapter'}&max_new_tokens=16&max_lora_rank=8&kv_cache_gb=0.25", "dealnodeal").agent
+    agent = build_agent(f"vllm:{vtiny}?adapter={tmp_path / 'adapter'}&max_new_tokens=16&max_lora_rank=8"
+                        "&kv_cache_gb=0.25", "dealnodeal").agent
     results = play(agent, seeds=(0,))
     assert all(r.outcome.status in ("ok", "invalid", "max_turns") for r in results)
 
@@ -423,7 +425,8 @@ def test_ibrl_with_vllm_rollouts_loads_each_steps_adapters(vtiny, tmp_path, monk
     assert set(specs) == {"a", "b"} and seen["steps"] == 2
     first, second = seen["ids"]
     assert len(set(first.values()) | set(second.values())) == 4, "a new LoRA id per role per step"
-    assert all("step-1" in p for p in seen["paths"][0].values()) and all("step-2" in p for p in seen["paths"][1].values())
+    assert all("step-1" in p for p in seen["paths"][0].values())
+    assert all("step-2" in p for p in seen["paths"][1].values())
     assert max(seen["gaps"]) < 2e-3, seen["gaps"]
     assert seen["moved"] > 2e-2, "the update moved the policy, so the match above needs the new adapters"
     assert not (tmp_path / "out" / "rollout-adapters" / "step-1").exists(), "replaced adapters are deleted"

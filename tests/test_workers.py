@@ -181,8 +181,8 @@ def test_fatal_error_in_a_worker_stops_the_run(tmp_path, cluster):
 def test_unreachable_cluster_is_one_line_and_leaves_nothing(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "ibrl_bench", "crossplay", "--quiet", "--scenarios", "2",
-                           "--ray", "127.0.0.1:1", "--out", str(out)], env=env(), capture_output=True, text=True, check=False,
-                          timeout=120)
+                           "--ray", "127.0.0.1:1", "--out", str(out)], env=env(), capture_output=True, text=True,
+                          check=False, timeout=120)
     assert done.returncode != 0
     assert "error: no Ray cluster answers at 127.0.0.1:1" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()

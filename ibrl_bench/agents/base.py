@@ -61,6 +61,7 @@ class Agent(ABC):
 
     async def aclose(self) -> None:
         """Release connections, engines, threads. Called once when a run ends."""
+        return None  # a concrete default: agents that hold nothing need not override it
 
 
 class MoveClock:

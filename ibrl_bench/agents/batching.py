@@ -130,7 +130,7 @@ class Batcher(Generic[T, R]):
                 raise
             finally:
                 free_at = loop.time()
-            for r, result in zip(batch, results):
+            for r, result in zip(batch, results, strict=True):
                 if not r.future.done():
                     r.future.set_result(result)
 

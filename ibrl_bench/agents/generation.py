@@ -1,4 +1,5 @@
-"""What the local-model backends (`hf:`, `vllm:`) share: the role prompts they read, a seed per request, and the request and result that travel through the batcher.
+"""What the local-model backends (`hf:`, `vllm:`) share: the role prompts they read, a seed per
+request, and the request and result that travel through the batcher.
 
 Seeds. A request's seed is a hash of (episode seed, scenario, role, phase, turn): the same move
 of the same episode always samples from the same random stream, whatever other requests share
@@ -16,6 +17,7 @@ from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation
 from ibrl_bench.errors import UserError
+
 
 def require_prompts(domain: str, prompt: str = DEFAULT_PROMPT) -> Domain:
     """The domain, if it has role prompts for language models (`Domain.chat_messages`) and one
@@ -60,8 +62,8 @@ class BatchedAgent(Agent):
     prompt: str = DEFAULT_PROMPT  # the role prompt's name (params.GenerationParams.prompt)
 
     async def act(self, obs: Observation) -> Reply:
-        request = GenRequest(messages=self.domain.chat_messages(obs, self.prompt), seed=request_seed(obs), role=obs.role,
-                             session=f"{obs.seed}|{obs.scenario_id}|{obs.role}")
+        request = GenRequest(messages=self.domain.chat_messages(obs, self.prompt), seed=request_seed(obs),
+                             role=obs.role, session=f"{obs.seed}|{obs.scenario_id}|{obs.role}")
         result = await self.batcher.submit(request)
         return Reply(
             text=result.text,

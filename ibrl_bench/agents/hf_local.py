@@ -134,7 +134,7 @@ class HFAgent(BatchedAgent):
         also the only thread that touches the tokenizer (fast tokenizers are not thread-safe)."""
         tok = self.tokenizer
         prompts = [prompt_ids(tok, r.messages, self.prompt_budget) for r in requests]
-        reused = [self._reusable(r.session, p) for r, p in zip(requests, prompts)]
+        reused = [self._reusable(r.session, p) for r, p in zip(requests, prompts, strict=True)]
         cache = None
         if any(n for n, _ in reused):
             input_ids, attention_mask, cache = self._with_prefixes(prompts, reused)
@@ -174,7 +174,7 @@ class HFAgent(BatchedAgent):
         generated = sequences[:, input_ids.shape[1]:]  # [batch, steps]
         logprobs = sampled_logprobs(out.logits, generated, self.params).tolist() if self.trace else None
         results = []
-        for r, (prompt, row) in enumerate(zip(prompts, generated.tolist())):
+        for r, (prompt, row) in enumerate(zip(prompts, generated.tolist(), strict=True)):
             n = reply_length(row, self.eos_ids)  # rows that finished early are padded after their EOS
             text = tok.decode(row[:n], skip_special_tokens=True).strip()
             trace = None
@@ -196,7 +196,8 @@ class HFAgent(BatchedAgent):
             n += 1
         return n, kept
 
-    def _with_prefixes(self, prompts: list[list[int]], reused: list[tuple[int, _Prefix | None]]) -> tuple[Any, Any, Any]:
+    def _with_prefixes(self, prompts: list[list[int]], reused: list[tuple[int, _Prefix | None]]
+                       ) -> tuple[Any, Any, Any]:
         """Input ids, mask and cache for a batch some of whose rows reuse a kept prefix.
 
         Row i is [pad * (C - c_i), its c_i reused tokens, pad * (S - s_i), its s_i new tokens],
@@ -204,9 +205,9 @@ class HFAgent(BatchedAgent):
         `generate` feeds the last S (it slices the ids it is given to what the cache lacks)."""
         pad = self.tokenizer.pad_token_id
         width_c = max(n for n, _ in reused)
-        width_s = max(len(p) - n for p, (n, _) in zip(prompts, reused))
+        width_s = max(len(p) - n for p, (n, _) in zip(prompts, reused, strict=True))
         ids, mask = [], []
-        for p, (n, _) in zip(prompts, reused):
+        for p, (n, _) in zip(prompts, reused, strict=True):
             new = len(p) - n
             ids.append([pad] * (width_c - n) + p[:n] + [pad] * (width_s - new) + p[n:])
             mask.append([0] * (width_c - n) + [1] * n + [0] * (width_s - new) + [1] * new)
@@ -216,7 +217,8 @@ class HFAgent(BatchedAgent):
             per_kind = []
             for kind in ("keys", "values"):
                 like = getattr(sample, kind)[layer]  # [heads, length, head_dim]
-                block = like.new_zeros((len(prompts), like.shape[0], width_c, like.shape[2]))  # [batch, heads, C, head_dim]
+                # [batch, heads, C, head_dim]
+                block = like.new_zeros((len(prompts), like.shape[0], width_c, like.shape[2]))
                 for i, (n, kept) in enumerate(reused):
                     if n:
                         block[i, :, width_c - n:] = getattr(kept, kind)[layer][:, :n]
@@ -227,7 +229,8 @@ class HFAgent(BatchedAgent):
         as_tensor = lambda rows: torch.tensor(rows, dtype=torch.long, device=self.device)  # noqa: E731
         return as_tensor(ids), as_tensor(mask), cache
 
-    def _keep(self, session: str, r: int, prompt: list[int], completion: list[int], attention_mask: Any, cache: Any) -> None:
+    def _keep(self, session: str, r: int, prompt: list[int], completion: list[int], attention_mask: Any,
+              cache: Any) -> None:
         """Keep row r's keys and values: its prompt's positions (where the mask is 1) and those of
         the completion tokens that were fed back (all but the last token generated)."""
         if cache is None or not cache.layers or not all(type(layer) is DynamicLayer for layer in cache.layers):

@@ -22,9 +22,9 @@ import json
 from typing import Any
 
 from ibrl_bench.agents.base import Agent
-from ibrl_bench.agents.remote_chat import Completion, RemoteChat, resolve_key
 from ibrl_bench.agents.params import ChatParams, ChatSampling, Pricing, parse_params
 from ibrl_bench.agents.remote import RemoteSettings
+from ibrl_bench.agents.remote_chat import Completion, RemoteChat, resolve_key
 from ibrl_bench.agents.spec import AgentSpec
 from ibrl_bench.domains import get_domain
 from ibrl_bench.domains.base import Domain

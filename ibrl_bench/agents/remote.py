@@ -112,7 +112,8 @@ def classify(e: BaseException, endpoint: str, no_key: str | None = None) -> Verd
     if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)) or status in (401, 403):
         if no_key:
             return Verdict("fatal", f"{endpoint} refused the request for want of a key ({status}, {name}); {no_key}")
-        return Verdict("fatal", f"{endpoint} rejected the key ({status}, {name}); check the key variable named in the spec or card")
+        return Verdict("fatal", f"{endpoint} rejected the key ({status}, {name}); "
+                                "check the key variable named in the spec or card")
     if isinstance(e, openai.NotFoundError) or status == 404:
         return Verdict("fatal", f"{endpoint} does not know this model or URL (404); check the model name and base URL")
     if isinstance(e, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError, openai.APIConnectionError,

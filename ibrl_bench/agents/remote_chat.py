@@ -22,11 +22,13 @@ def resolve_key(key_env: str | None, spec_text: str) -> str:
         return "none"
     key = key_from_env(str(key_env))
     if not key:
-        raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, or pass key_env=none for a server without keys")
+        raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, "
+                        "or pass key_env=none for a server without keys")
     return key
 
 
-def reply(text: str | None, prompt_tokens: int, completion_tokens: int, pricing: Pricing, cost: float | None = None) -> Reply:
+def reply(text: str | None, prompt_tokens: int, completion_tokens: int, pricing: Pricing,
+          cost: float | None = None) -> Reply:
     usage = Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,

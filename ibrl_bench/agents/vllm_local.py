@@ -96,7 +96,8 @@ def load_engine(folder: Path, params: VLLMParams, label: str, loras: int = 0) ->
     if loras:
         rank = next((r for r in LORA_RANKS if r >= params.max_lora_rank), None)
         if rank is None:
-            raise UserError(f"max_lora_rank={params.max_lora_rank} is above the largest LoRA rank vLLM serves ({LORA_RANKS[-1]})")
+            raise UserError(f"max_lora_rank={params.max_lora_rank} is above the largest LoRA rank vLLM serves "
+                            f"({LORA_RANKS[-1]})")
         lora = {"enable_lora": True, "max_loras": loras, "max_lora_rank": rank}
     from vllm.platforms import current_platform
 
@@ -184,7 +185,7 @@ class VLLMAgent(BatchedAgent):
             [{"prompt_token_ids": ids} for ids in prompts], sampling, use_tqdm=False, lora_request=lora
         )
         results = []
-        for ids, out in zip(prompts, outputs):  # vLLM returns outputs in the order of the prompts
+        for ids, out in zip(prompts, outputs, strict=True):  # vLLM returns outputs in the order of the prompts
             completion = out.outputs[0]
             row = list(completion.token_ids)
             # vLLM ends a sequence on its stop id and keeps it; cut at the first one all the same.
@@ -192,7 +193,7 @@ class VLLMAgent(BatchedAgent):
             text = self.tokenizer.decode(row[:n], skip_special_tokens=True).strip()
             trace = None
             if self.trace:
-                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, row[:n])]
+                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, row[:n], strict=False)]
                 trace = Trace(prompt_ids=list(ids), completion_ids=row[:n], logprobs=logprobs)
             results.append(GenResult(text=text, prompt_tokens=len(ids), completion_tokens=n, trace=trace))
         return results

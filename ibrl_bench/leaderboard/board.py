@@ -109,7 +109,7 @@ def board_ranks(frame, metric: str, confidence: float = CONFIDENCE) -> dict[str,
     """Each entry's rank and the range of ranks its paired comparisons allow, from its episodes
     against the panel: `frame` holds every entry's episodes, its `policy` column naming the entry."""
     x, labels, *_ = scenario_tensor(frame, metric)
-    return {label: (lo, (lo, hi)) for label, (lo, hi) in zip(labels, paired_rank_ranges(x, confidence))}
+    return {label: (lo, (lo, hi)) for label, (lo, hi) in zip(labels, paired_rank_ranges(x, confidence), strict=True)}
 
 
 def rank_entries(entries: list[Entry], ranks: dict[str, tuple[int, tuple[int, int]]]) -> list[Entry]:
@@ -261,7 +261,8 @@ def render_md(board: Board, track: Track) -> str:
         *([track.description.strip(), ""] if track.description.strip() else []),
         f"Track hash `{board.track.hash}`; {track.split} split, {track.scenarios.n} scenarios "
         f"({track.scenarios.version}, hash `{track.scenarios.hash}`) x {track.seeds} seed(s) x roles "
-        f"{', '.join(track.roles)}. Ranked on **{label(m, d, unit=False)}** (see leaderboards/README.md). Estimates with "
+        f"{', '.join(track.roles)}. Ranked on **{label(m, d, unit=False)}** (see leaderboards/README.md). "
+        "Estimates with "
         f"{board.confidence:.0%} intervals: per counterpart, scenarios resampled; overall, the uniform mean over "
         "counterpart x role with scenarios and counterparts resampled (crossed: the panel read as a sample of "
         f"counterparts the policy never met). Rank = {board.rank_rule}. Mismatch: {label(m, d, unit=False)} against "
@@ -288,7 +289,8 @@ def render_md(board: Board, track: Track) -> str:
         lines.append("| " + " | ".join("" for _ in head) + " |")
     for x in others if board.entries else []:
         sub_head = ["name", f"{label(x, d)} overall", *cols]
-        lines += ["", f"### {label(x, d)} per counterpart", "", row(sub_head), "|" + "|".join("---" for _ in sub_head) + "|"]
+        lines += ["", f"### {label(x, d)} per counterpart", "", row(sub_head),
+                  "|" + "|".join("---" for _ in sub_head) + "|"]
         for e in board.entries:
             summary = e.metrics.get(x)
             lines.append(row([e.name, _cell(summary.overall if summary else None, x),

@@ -13,13 +13,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ibrl_bench.errors import UserError
-from ibrl_bench.secrets import scrub
 from ibrl_bench.leaderboard import files
 from ibrl_bench.leaderboard.bundle import Submission, write_bundle
 from ibrl_bench.leaderboard.scoring import entry_scores
 from ibrl_bench.leaderboard.track import Track, leaderboards_dir, panel_member, track_folder
 from ibrl_bench.runner.crossplay import CrossplayConfig, planned_episodes
 from ibrl_bench.runner.store import RunStore
+from ibrl_bench.secrets import scrub
 
 SUBMISSIONS = "submissions"
 

@@ -38,8 +38,7 @@ from ibrl_bench.leaderboard.bundle import FORMAT, Counts, Submission
 from ibrl_bench.leaderboard.files import BundleRefused
 from ibrl_bench.leaderboard.replay import replay
 from ibrl_bench.leaderboard.scoring import SCORING_VERSION, entry_scores
-from ibrl_bench.leaderboard.track import (Track, available_tracks, check_pins, load_track, panel_member,
-                                          track_scenarios)
+from ibrl_bench.leaderboard.track import Track, available_tracks, check_pins, load_track, panel_member, track_scenarios
 from ibrl_bench.runner.crossplay import episode_key
 from ibrl_bench.runner.store import EpisodeRecord, Manifest
 
@@ -214,12 +213,14 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
             problems.append(f"{entry.path}: its sha256 differs from the one in {files.SUBMISSION} "
                             "(the file changed after submission)")
     if sub.track.id not in available_tracks(root):
-        problems.append(f"track {sub.track.id!r} is not a track of this leaderboard ({', '.join(available_tracks(root))})")
+        problems.append(f"track {sub.track.id!r} is not a track of this leaderboard "
+                        f"({', '.join(available_tracks(root))})")
         return verdict()
     track = load_track(sub.track.id, root)
     if (sub.track.version, sub.track.hash) != (track.version, track.hash):
         problems.append(f"the bundle is for track {track.id} version {sub.track.version} (hash {sub.track.hash}), "
-                        f"but the track is now version {track.version} (hash {track.hash}); resubmit on the current track")
+                        f"but the track is now version {track.version} (hash {track.hash}); "
+                        "resubmit on the current track")
         return verdict()
     check_pins(track)
     if sub.scoring != SCORING_VERSION:
@@ -255,7 +256,8 @@ def verify_bundle(path: str | Path, root: Path | None = None) -> Verdict:
     counts = Counts(episodes=len(records), cells=len({(r.counterpart, r.policy_role) for r in records}),
                     scenarios=len({r.scenario_id for r in records}), seeds=len({r.seed for r in records}))
     if counts != sub.counts:
-        problems.append(f"counts: submission.json states {sub.counts.model_dump()}, the episodes give {counts.model_dump()}")
+        problems.append(f"counts: submission.json states {sub.counts.model_dump()}, "
+                        f"the episodes give {counts.model_dump()}")
         return verdict(len(records))
     scores = entry_scores(records, track, sub.train_counterpart)
     for metric, summary in scores.metrics.items():

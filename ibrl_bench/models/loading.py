@@ -59,7 +59,8 @@ def resolve_source(target: str, gguf_file: str | None = None) -> ModelSource:
         return _from_folder(path, gguf_file, target)
     if _HUB_ID.match(target) and not target.startswith((".", "/", "~")):
         return _from_hub_cache(target, gguf_file)
-    raise UserError(f"no model at {target!r}: give a checkpoint folder, a .gguf file, package:NAME or a cached model id")
+    raise UserError(f"no model at {target!r}: give a checkpoint folder, a .gguf file, package:NAME "
+                    "or a cached model id")
 
 
 def _from_folder(path: Path, gguf_file: str | None, label: str) -> ModelSource:
@@ -92,7 +93,8 @@ def _from_package(name: str, gguf_file: str | None, label: str) -> ModelSource:
     if len(ggufs) == 1:
         return ModelSource(ggufs[0].parent, ggufs[0].name, label)
     if len(ggufs) > 1:
-        raise UserError(f"{label} ships several .gguf files ({', '.join(p.name for p in ggufs)}); choose one with ?gguf_file=NAME")
+        raise UserError(f"{label} ships several .gguf files ({', '.join(p.name for p in ggufs)}); "
+                        "choose one with ?gguf_file=NAME")
     configs = [Path(f).parent for f in files if Path(f).name == "config.json"]
     if len(configs) == 1 and not gguf_file:
         return ModelSource(configs[0], None, label)
@@ -135,7 +137,8 @@ def converted_gguf(source: ModelSource) -> Path:
     assert source.gguf_file is not None
     gguf = (source.folder / source.gguf_file).resolve()
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}".encode()).hexdigest()[:16]
+    fingerprint = f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}"
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     target = cache_dir() / "gguf" / f"{gguf.stem}-{key}"
     if (target / _DONE_MARKER).is_file():
         return target
@@ -143,7 +146,8 @@ def converted_gguf(source: ModelSource) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.folder, gguf_file=source.gguf_file, local_files_only=True)
-        dequantized = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file, local_files_only=True)
+        dequantized = AutoModelForCausalLM.from_pretrained(source.folder, gguf_file=source.gguf_file,
+                                                           local_files_only=True)
         # A model loaded from GGUF stays marked as quantized and refuses save_pretrained, though
         # its weights are plain tensors by now: copy them into an unmarked model of the same shape.
         config = dequantized.config
@@ -187,7 +191,8 @@ def pick_dtype(dtype: str, device) -> Any:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def load_model(source: ModelSource, adapter: str | None = None, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+def load_model(source: ModelSource, adapter: str | None = None, device: str = "auto",
+               dtype: str = "auto") -> LoadedModel:
     """Load a causal LM and its tokenizer for generation (eval mode, on `device`).
 
     The tokenizer pads on the left (generation continues every row from its last column) and pads

@@ -49,10 +49,12 @@ ERROR_RECORDER = """(function(){var d=document.documentElement,errs=[];window.__
 function rec(m){errs.push(String(m));d.setAttribute('data-js-errors',String(errs.length));
 var p=document.getElementById('js-errors');if(p)p.textContent=errs.join('\\n');}
 d.setAttribute('data-js-errors','0');
-window.addEventListener('error',function(e){var t=e.target;rec(e.message||('failed to load '+(t&&(t.src||t.href)||'a resource')));},true);
+window.addEventListener('error',function(e){var t=e.target;\
+rec(e.message||('failed to load '+(t&&(t.src||t.href)||'a resource')));},true);
 window.addEventListener('unhandledrejection',function(e){rec('unhandled rejection: '+e.reason);});
 document.addEventListener('securitypolicyviolation',function(e){rec('blocked by the page policy: '+e.blockedURI);});
-var ce=console.error;console.error=function(){rec(Array.prototype.join.call(arguments,' '));return ce.apply(console,arguments);};
+var ce=console.error;\
+console.error=function(){rec(Array.prototype.join.call(arguments,' '));return ce.apply(console,arguments);};
 })();"""
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -77,17 +79,17 @@ def esc(x: object) -> str:
 
 def _ramp(stops: list[tuple[float, tuple[int, int, int]]], t: float) -> tuple[int, int, int]:
     t = min(max(t, 0.0), 1.0)
-    for (t0, c0), (t1, c1) in zip(stops, stops[1:]):
+    for (t0, c0), (t1, c1) in zip(stops, stops[1:], strict=False):
         if t <= t1:
             u = (t - t0) / (t1 - t0)
-            return tuple(round(a + u * (b - a)) for a, b in zip(c0, c1))  # type: ignore[return-value]
+            return tuple(round(a + u * (b - a)) for a, b in zip(c0, c1, strict=True))  # type: ignore[return-value]
     return stops[-1][1]
 
 
 def _color(rgb: tuple[int, int, int]) -> tuple[str, bool]:
     """Background hex and whether it is light (dark ink on it)."""
     lum = (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255
-    return "#%02x%02x%02x" % rgb, lum > 0.5
+    return f"#{rgb[0]:02x}{rgb[1]:02x}{rgb[2]:02x}", lum > 0.5
 
 
 def _gradient(stops) -> str:
@@ -137,7 +139,8 @@ class _Page:
                 self.kinds[m] = metric_values(scored, m)[0]
             except ValueError:
                 self.kinds[m] = "mean"
-        self.metrics = [m for m in ["success_at_1", "agreement", "policy_score", "counterpart_score"] if m in metric_set]
+        self.metrics = [m for m in ["success_at_1", "agreement", "policy_score", "counterpart_score"]
+                        if m in metric_set]
         self.metrics += sorted(m for m in metric_set if m not in self.metrics and m not in
                                ("invalid", "policy_invalid", "max_turns"))
         self.metrics += [m for m in ("policy_invalid", "invalid", "max_turns") if m in metric_set]
@@ -218,7 +221,8 @@ def _matrix(page: _Page) -> str:
             for c, r in page.columns:
                 cell = page.cells.get((p, c, r))
                 iv = cell.metrics.get(metric) if cell else None
-                tip = f"{short(p)} vs {short(c)}, policy in role {r}: {format_interval(iv, percent, unit=True)}. {describe(iv)}"
+                tip = (f"{short(p)} vs {short(c)}, policy in role {r}: {format_interval(iv, percent, unit=True)}. "
+                       f"{describe(iv)}")
                 if cell and cell.n_errors:
                     tip += f"; {cell.n_errors} error episodes not scored"
                 attrs = f'data-p="{pi}" data-c="{page.counterparts.index(c)}" data-r="{esc(r)}"'
@@ -272,7 +276,8 @@ def _rankings(page: _Page, r: Rankings | None) -> str:
     percent = page.percent(metric)
     uni = _table([("rank", True), ("policy", False), (f"mean {label(metric)}", True)],
                  [[f'<td class="num">{esc(x.rank if x.rank is not None else "n/a")}</td>',
-                   f'<td title="{esc(x.policy)}">{esc(short(x.policy))}</td>', _td(x.mean, percent)] for x in r.uniform])
+                   f'<td title="{esc(x.policy)}">{esc(short(x.policy))}</td>', _td(x.mean, percent)]
+                  for x in r.uniform])
     nash_rows = sorted(r.nash.values, key=lambda v: -(v.value.estimate or 0))
     nash = _table([("policy", False), ("equilibrium weight", True), ("Nash value", True)],
                   [[f'<td title="{esc(v.policy)}">{esc(short(v.policy))}</td>', f'<td class="num">{v.weight:.3f}</td>',
@@ -289,7 +294,8 @@ def _rankings(page: _Page, r: Rankings | None) -> str:
                     + ", ".join(f"{short(c)} (role {ro})" for c, ro in r.columns_dropped) + ".")
     norm_dropped = ""
     if r.normalized_dropped:
-        norm_dropped = "Left out (best score 0): " + ", ".join(f"{short(c)}/{ro}" for c, ro in r.normalized_dropped) + "."
+        norm_dropped = ("Left out (best score 0): "
+                        + ", ".join(f"{short(c)}/{ro}" for c, ro in r.normalized_dropped) + ".")
     uni_note = _note([x.mean for x in r.uniform], "Rank = 1 + the number of policies whose interval lies wholly "
                      "above this one's; overlapping intervals share a rank.")
     nash_note = _note([v.value for v in r.nash.values], "Maximum-entropy equilibrium of the zero-sum game policy "
@@ -302,7 +308,8 @@ cell scored.{esc(dropped)}</p>
 <div class="cards">
 <div class="card"><h3>Uniform mean over the {len(r.columns)} columns</h3>{uni}{uni_note}</div>
 <div class="card"><h3>Nash averaging (agent vs counterpart)</h3>{nash}
-<div class="small" style="margin-top:8px">weights the equilibrium puts on the panel (game value {r.nash.game_value:.3f}):</div>
+<div class="small" style="margin-top:8px">weights the equilibrium puts on the panel \
+(game value {r.nash.game_value:.3f}):</div>
 <div class="weights">{chips}</div>{nash_note}</div>
 <div class="card"><h3>Normalized score (IQM)</h3>{norm}{norm_note}</div>
 </div></section>"""
@@ -335,12 +342,14 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 f'<div class="heatwrap"><table class="heat"><thead><tr><th></th>{head}</tr></thead>'
                 f'<tbody>{"".join(rows)}</tbody></table></div>'
                 f'<div class="legend"><span>{format_number(-span, percent, True)}</span><div class="ramp" '
-                f'style="background:{_gradient(DIVERGING)}"></div><span>{format_number(span, percent, True)}</span></div>'
+                f'style="background:{_gradient(DIVERGING)}"></div>'
+                f'<span>{format_number(span, percent, True)}</span></div>'
                 + _note([g.gap for g in gaps]))
     if detail is not None:
         for m in detail.results:
             rows = [
-                [f"<td>score vs {esc(short(m.train_counterpart))} (training counterpart)</td>", _td(m.gap.a, percent), "<td></td>"],
+                [f"<td>score vs {esc(short(m.train_counterpart))} (training counterpart)</td>", _td(m.gap.a, percent),
+                 "<td></td>"],
                 [f"<td>score vs the held-out panel ({len(m.heldout)})</td>", _td(m.gap.b, percent), "<td></td>"],
                 ["<td><b>gap</b> (training minus held-out)</td>", _td(m.gap.difference, percent, True),
                  f'<td class="num" title="{esc(m.gap.test.test)}">{_p(m.gap.test.p_value)}</td>'],
@@ -348,7 +357,8 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
             ]
             for h in m.per_heldout:
                 worst = " <b>(worst, selected)</b>" if h.scope == m.worst else ""
-                rows.append([f"<td>&nbsp;&nbsp;gap vs {esc(short(h.scope))}{worst}</td>", _td(h.difference, percent, True),
+                rows.append([f"<td>&nbsp;&nbsp;gap vs {esc(short(h.scope))}{worst}</td>",
+                             _td(h.difference, percent, True),
                              f'<td class="num" title="{esc(h.test.test)}">{_p(h.test.p_value)}</td>'])
             ivs = [m.gap.a, m.gap.b, m.gap.difference, m.proportional_loss, *(h.difference for h in m.per_heldout)]
             if m.reference and m.did and m.did_test and m.reference_gap:
@@ -358,11 +368,13 @@ def _mismatch(page: _Page, gaps: list[GapCell], detail: MismatchReport | None) -
                 rows.append(["<td><b>difference-in-differences</b></td>", _td(m.did, percent, True),
                              f'<td class="num" title="{esc(m.did_test.test)}">{_p(m.did_test.p_value)}</td>'])
                 ivs += [m.did]
-            holm = f" Holm-adjusted p over {len(detail.results)} policies ({detail.holm_over}): {_p(m.p_holm)}." if detail.holm_over else ""
+            holm = (f" Holm-adjusted p over {len(detail.results)} policies ({detail.holm_over}): {_p(m.p_holm)}."
+                    if detail.holm_over else "")
             tests = "; ".join(sorted({m.gap.test.test, *(h.test.test for h in m.per_heldout)}))
             body += (f'<h3>{esc(short(m.policy))}, trained against {esc(short(m.train_counterpart))}</h3>'
                      + _table([("", False), ("estimate [interval]", True), ("p", True)], rows)
-                     + _note(ivs, f"{m.n_games} games, {m.n_dropped} dropped for a missing episode. Tests: {tests}.{holm}"))
+                     + _note(ivs, f"{m.n_games} games, {m.n_dropped} dropped for a missing episode. "
+                                  f"Tests: {tests}.{holm}"))
         body += "".join(f'<p class="note">{esc(n)}</p>' for n in detail.notes)
     return f'<section id="mismatch"><h2>Mismatch</h2>{body}</section>'
 
@@ -467,8 +479,9 @@ def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
     if rank is not None:
         items.append(("Nash solver", rank.nash.solver))
     items += [("note", x) for x in extra]
-    items.append(("produced by", f"ibrl-bench {__version__}, {datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
-                  "heatmap.png sits next to this file"))
+    items.append(("produced by", f"ibrl-bench {__version__}, "
+                                 f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
+                                 "heatmap.png sits next to this file"))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
     return f'<section id="methods"><h2>Methods</h2><dl class="methods">{dl}</dl></section>'
 
@@ -619,7 +632,8 @@ def build_report(run: Run, options: ReportOptions, progress: Callable[[str], Non
 {_cells(page)}
 {_transcripts(page, total, shown)}
 {_methods(page, rank, extra)}
-<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.name)} · open offline, nothing here loads from the network</footer>
+<footer>ibrl-bench {esc(__version__)} · cross-play report of {esc(run.name)} · \
+open offline, nothing here loads from the network</footer>
 </main>
 <script type="application/json" id="episodes-data">{data}</script>
 <script>{_asset("report.js")}</script>

@@ -203,7 +203,8 @@ def plan(p: Plan) -> Group:
     short_rows = []
     for r in p.rows:
         n = str(r.scenarios) if r.enough else f"{r.scenarios} (all; {r.needed} needed)"
-        extra = (f"{r.needed_range[0]}-{r.needed_range[1]}",) if ranged and r.needed_range else (("",) if ranged else ())
+        extra = ((f"{r.needed_range[0]}-{r.needed_range[1]}",) if ranged and r.needed_range
+                 else (("",) if ranged else ()))
         t.add_row(str(r.seeds), n, str(r.episodes), f"{r.design_effect:.2f}", *extra)
         if not r.enough:
             short_rows.append(f"with {r.seeds} seed(s): all {r.scenarios} scenarios detect {r.detectable:.3g}, "

@@ -124,5 +124,5 @@ def print_episode(console: Console, record, scenario_text: str | None) -> None:
     labels = {role: spec for role, spec in record.agents.items()}
     print_transcript(console, record.transcript, record.outcome, labels)
     if record.errors:
-        console.print(f"[yellow]infrastructure errors ({record.attempts} attempts):[/yellow] " + " | ".join(record.errors),
-                      markup=True, highlight=False)
+        console.print(f"[yellow]infrastructure errors ({record.attempts} attempts):[/yellow] "
+                      + " | ".join(record.errors), markup=True, highlight=False)

@@ -163,9 +163,12 @@ def adaptive_table(report: AdaptiveReport):
                         f"({report.episodes} episodes)")
     for name in ("policy", "counterpart", "role", "episodes", "estimate", "interval", "half-width", "stopped"):
         table.add_column(name, justify="right" if name in ("episodes", "estimate", "half-width") else "left")
+
+    def fmt(x):
+        return "-" if x is None else f"{x:.3f}"
+
     for c in report.cells:
         iv = c.interval
-        fmt = lambda x: "-" if x is None else f"{x:.3f}"
         table.add_row(c.policy, c.counterpart, c.policy_role, str(c.episodes), fmt(iv.estimate),
                       f"[{fmt(iv.low)}, {fmt(iv.high)}]", fmt(c.halfwidth), c.reason)
     return table

@@ -29,7 +29,16 @@ from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.remote import current_retries
 from ibrl_bench.agents.spec import MODEL_KINDS, Seat, build_agent, parse_spec
 from ibrl_bench.domains import get_domain
-from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Outcome, Role, RolePrompt, Scenario, ScenarioSet, content_hash
+from ibrl_bench.domains.base import (
+    DEFAULT_PROMPT,
+    Domain,
+    Outcome,
+    Role,
+    RolePrompt,
+    Scenario,
+    ScenarioSet,
+    content_hash,
+)
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.budget import Budget, BudgetReached
 from ibrl_bench.runner.episode import play_episode
@@ -257,7 +266,8 @@ class Crossplay:
         """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones. A caller
         that plays several parts in turn keeps the agents open (`close_agents=False`) and closes
         them after the last (`aclose_agents`)."""
-        metering = Metering.open(self.config, self.domain, self.budget)  # a cache that cannot open stops before the folder is made
+        # a cache that cannot open stops before the folder is made
+        metering = Metering.open(self.config, self.domain, self.budget)
         try:
             done = self.store.open(self.manifest())
         except BaseException:

@@ -91,7 +91,8 @@ def pilot_measurements(folder: str | Path) -> dict[tuple[str, str], _Measured]:
     store = RunStore(folder)
     if not store.manifest_path.is_file():
         raise UserError(f"--pilot {folder} is not a run folder (no manifest.json); give a folder crossplay wrote")
-    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # episodes, moves, paid, prompt, completion
+    # episodes, moves, paid, prompt, completion
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     for r in store.latest().values():
         if r.outcome.status == "error":
             continue
@@ -129,7 +130,8 @@ class _FromCache(Agent):
         return Reply(text=hit.text)
 
 
-async def _replayed(runner, job, model_specs: set[str], cache: ResponseCache, seats: dict) -> tuple[dict[str, int], bool]:
+async def _replayed(runner, job, model_specs: set[str], cache: ResponseCache,
+                    seats: dict) -> tuple[dict[str, int], bool]:
     """Moves each model role replays from the cache in this job's episode, and whether it reached the end."""
     other = runner.domain.other(job.policy_role)
     by_role = {job.policy_role: job.policy, other: job.counterpart}
@@ -167,7 +169,8 @@ def estimate(runner, pilot: str | Path | None = None) -> Plan:
             by_role = {job.policy_role: job.policy, other: job.counterpart}
             if not model_specs & set(by_role.values()):
                 continue
-            hits, whole = ({}, False) if cache is None else asyncio.run(_replayed(runner, job, model_specs, cache, seats))
+            hits, whole = (({}, False) if cache is None
+                           else asyncio.run(_replayed(runner, job, model_specs, cache, seats)))
             for role, spec in by_role.items():
                 if spec not in model_specs:
                     continue
@@ -201,7 +204,8 @@ def estimate(runner, pilot: str | Path | None = None) -> Plan:
         card = runner.seats[spec].card
         dated = card.prices.as_of if card is not None and card.prices is not None else None
         if not (prices_in or prices_out):
-            cost, where = (None, "no prices") if parse_spec(spec).kind in ("openai", "litellm") or card else (0.0, "local")
+            cost, where = ((None, "no prices") if parse_spec(spec).kind in ("openai", "litellm") or card
+                           else (0.0, "local"))
         else:
             cost = (row["prompt"] * prices_in + row["completion"] * prices_out) / 1e6
             where = (f"card {card.id}, as of {dated}" if dated else f"card {card.id}") if card else "spec"
@@ -225,7 +229,8 @@ def plan_table(plan: Plan, budget_usd: float | None = None):
                         f"{plan.pending} to play")
     for name in ("seat", "role", "episodes", "calls", "cache hits", "tokens in", "tokens out", "cost", "prices",
                  "calls and tokens from"):
-        table.add_column(name, justify="left" if name in ("seat", "role", "prices", "calls and tokens from") else "right")
+        table.add_column(name,
+                         justify="left" if name in ("seat", "role", "prices", "calls and tokens from") else "right")
     for s in plan.seats:
         table.add_row(s.spec, s.role, str(s.episodes), f"{s.calls:,.0f}", f"{s.cache_hits:,.0f}",
                       f"{s.prompt_tokens:,.0f}", f"{s.completion_tokens:,.0f}",

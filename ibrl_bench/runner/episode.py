@@ -59,7 +59,7 @@ async def play_episode(
         # Observe every mover before applying any move: simultaneous moves stay private.
         observations = [domain.observe(state, role) for role in movers]
         answers = await _all(_timed(agents[o.role], o, move_timeout, (names or {}).get(o.role)) for o in observations)
-        for role, reply in zip(movers, answers):
+        for role, reply in zip(movers, answers, strict=True):
             replies[role].append(reply)
             domain.apply(state, role, reply.text)
     return EpisodeResult(state=state, outcome=domain.outcome(state), replies=replies)

@@ -49,7 +49,7 @@ def replay_moves(domain: Domain, scenario: Scenario, record: EpisodeRecord,
         i += len(group)
     if i < len(turns):
         raise ReplayMismatch(f"the transcript goes on for {len(turns) - i} moves after the game is over")
-    for n, (got, rec) in enumerate(zip(state.transcript, turns), 1):
+    for n, (got, rec) in enumerate(zip(state.transcript, turns, strict=False), 1):
         _raise_first(rec.model_dump(mode="json"), got.model_dump(mode="json"), f"move {n} ")
     _raise_first(record.outcome.model_dump(mode="json"), domain.outcome(state).model_dump(mode="json"), "outcome ")
 

@@ -76,7 +76,7 @@ def matrix_metrics(frame: pd.DataFrame, cell_columns: list[str], confidence: flo
             ivs = proportion_intervals(parts, confidence)
         else:
             ivs = scenario_mean_intervals([(m, int(s.sum())) for m, s in parts], confidence)
-        for key, iv in zip(keys, ivs):
+        for key, iv in zip(keys, ivs, strict=True):
             out[key][name] = iv
     return out
 

@@ -286,7 +286,7 @@ def scenario_mean_intervals(groups: Sequence[tuple[np.ndarray, int]], confidence
     if todo:
         ks = np.array([len(m) for _, m, _ in todo])
         q = stats.t.ppf(1 - (1 - confidence) / 2, ks - 1)
-        for (i, means, n), qi in zip(todo, q):
+        for (i, means, n), qi in zip(todo, q, strict=True):
             est = _mean(means)
             se = float(np.std(means, ddof=1)) / math.sqrt(len(means))
             out[i] = _make(est, est - float(qi) * se, est + float(qi) * se, method, confidence, n, len(means))
@@ -517,7 +517,7 @@ def bootstrap_bounds(estimate: np.ndarray, boot: np.ndarray, jack: np.ndarray | 
     estimate, boot = np.atleast_1d(estimate).astype(float), np.atleast_2d(boot).astype(float)
     alpha = (1 - confidence) / 2
     lows, highs, used = [], [], []
-    for i, (t, row) in enumerate(zip(estimate, boot)):
+    for i, (t, row) in enumerate(zip(estimate, boot, strict=True)):
         row = np.sort(row[np.isfinite(row)])
         if not len(row) or not math.isfinite(t):
             lows.append(np.nan), highs.append(np.nan), used.append(False)
@@ -583,7 +583,7 @@ def bootstrap_intervals(x: np.ndarray, statistic: Callable[[np.ndarray], np.ndar
     est, low, high, used = bootstrap(x, statistic, confidence=confidence, n_resamples=n_resamples, seed=seed)
     k = np.shape(x)[-1]
     out = []
-    for e, lo, hi, u in zip(est, low, high, used):
+    for e, lo, hi, u in zip(est, low, high, used, strict=True):
         if not math.isfinite(e):
             out.append(_undefined(METHOD_EMPTY, confidence, n, k))
         elif k < 2 or not (math.isfinite(lo) and math.isfinite(hi)):

@@ -130,7 +130,8 @@ def in_matrix_order(records: Iterable[EpisodeRecord], identity: dict) -> list[Ep
     """The records in the order of the run's matrix (a run manifest's identity: policies, then
     counterparts, then roles, then scenario and seed), whatever order they finished in: the cells and
     every sum over them come out the same for a run played in one process or by several workers."""
-    rank = {name: {x: i for i, x in enumerate(identity.get(name, []))} for name in ("policies", "counterparts", "roles")}
+    rank = {name: {x: i for i, x in enumerate(identity.get(name, []))}
+            for name in ("policies", "counterparts", "roles")}
     last = len  # a seat the identity does not list (an older folder) goes after those it does
 
     def key(r: EpisodeRecord) -> tuple:

@@ -176,8 +176,9 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
         if clash and not include_train_in_panel:
             h, c = clash[0]
             same = "is" if h == c else "is the same card as"
-            raise UserError(f"held-out counterpart {h} {same} the training counterpart {c}; a policy's training partner "
-                            "is not held out. Drop it from --heldout, or pass --include-train-in-panel to keep it")
+            raise UserError(f"held-out counterpart {h} {same} the training counterpart {c}; "
+                            "a policy's training partner is not held out. Drop it from --heldout, "
+                            "or pass --include-train-in-panel to keep it")
         panel = list(dict.fromkeys(heldout))
     else:
         panel = [c for c in counterparts if not any(_same(c, t, identities) for t in trains)]
@@ -187,7 +188,8 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
 
     policies_all = list(dict.fromkeys([p for p, _ in methods] + ([reference] if reference else [])))
     needed = list(dict.fromkeys([(p, c) for p, c in methods] + [(p, h) for p, _ in methods for h in panel]
-                                + ([(reference, c) for c in trains] + [(reference, h) for h in panel] if reference else [])))
+                                + ([(reference, c) for c in trains] + [(reference, h) for h in panel]
+                                   if reference else [])))
     data, kind = scored_with_metric(frame[frame["policy"].isin(policies_all)], metric)
     played = frame[frame["policy"].isin(policies_all)].set_index(GAME).index.unique()
     wide = data.set_index([*GAME, "policy", "counterpart"])["y"].unstack(["policy", "counterpart"])
@@ -227,7 +229,7 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
         per_heldout = [paired_difference(train, held[:, j], scen, binary, h, confidence=confidence)
                        for j, h in enumerate(panel)]
         per_heldout = [d.model_copy(update={"p_holm": q})
-                       for d, q in zip(per_heldout, holm([d.test.p_value for d in per_heldout]))]
+                       for d, q in zip(per_heldout, holm([d.test.p_value for d in per_heldout]), strict=True)]
         worst = max(per_heldout, key=lambda d: d.difference.estimate if d.difference.estimate is not None else -np.inf)
         result = Mismatch(policy=p, train_counterpart=c, heldout=panel, metric=metric, confidence=confidence,
                           view=view if len(panel) >= 2 else "panel", gap=gap,
@@ -246,7 +248,7 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
     if len(results) > 1:
         holm_over = "difference-in-differences" if reference else "gap"
         raw = [(r.did_test if reference else r.gap.test).p_value for r, _ in results]  # type: ignore[union-attr]
-        results = [(r.model_copy(update={"p_holm": q}), per) for (r, per), q in zip(results, holm(raw))]
+        results = [(r.model_copy(update={"p_holm": q}), per) for (r, per), q in zip(results, holm(raw), strict=True)]
 
     comparisons = []
     if reference:
@@ -260,7 +262,7 @@ def mismatch_many(frame: pd.DataFrame, policies: Sequence[str] | None = None, tr
                                                 raw_gap_test=raw.test))
         if len(comparisons) > 1:
             comparisons = [m.model_copy(update={"p_holm": q})
-                           for m, q in zip(comparisons, holm([m.test.p_value for m in comparisons]))]
+                           for m, q in zip(comparisons, holm([m.test.p_value for m in comparisons]), strict=True)]
 
     used = view if len(panel) >= 2 else "panel"
     notes = [("view: crossed (scenarios x held-out counterparts resampled): the panel stands for counterparts "
@@ -310,5 +312,6 @@ def gap_matrix(frame: pd.DataFrame, metric: str = "success_at_1", confidence: fl
         for c in counterparts:
             others = games[[o for o in counterparts if o != c]].to_numpy().mean(axis=1)
             iv = interval_of("mean", games[c].to_numpy() - others, scen, confidence)
-            out.append(GapCell(policy=policy, counterpart=c, gap=iv.model_copy(update={"method": f"paired {iv.method}"})))
+            out.append(GapCell(policy=policy, counterpart=c,
+                               gap=iv.model_copy(update={"method": f"paired {iv.method}"})))
     return out

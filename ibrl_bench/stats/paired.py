@@ -126,6 +126,6 @@ def compare(frame: pd.DataFrame, a: str, b: str, *, kind: Kind = "policy", metri
         scen = group.index.get_level_values("scenario_id").astype(str).to_numpy()
         by_cell.append(paired_difference(group[a].to_numpy(), group[b].to_numpy(), scen, binary, scope, **kw))
     adjusted = holm([d.test.p_value for d in by_cell])
-    by_cell = [d.model_copy(update={"p_holm": p}) for d, p in zip(by_cell, adjusted)]
+    by_cell = [d.model_copy(update={"p_holm": p}) for d, p in zip(by_cell, adjusted, strict=True)]
     return Comparison(kind=kind, a=a, b=b, metric=metric, confidence=confidence, overall=overall,
                       by_cell=by_cell, n_unpaired=n_unpaired)

@@ -65,8 +65,8 @@ def passk_table(frame: pd.DataFrame, metric: str = "success_at_1", ks: list[int]
         n_s, c_s = per["size"].to_numpy(), per["sum"].to_numpy().astype(int)
         for k in ks or range(1, int(n_s.max()) + 1):
             ok = n_s >= k
-            at = np.array([pass_at_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok])])
-            hat = np.array([pass_hat_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok])])
+            at = np.array([pass_at_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok], strict=True)])
+            hat = np.array([pass_hat_k(n, c, k) for n, c in zip(n_s[ok], c_s[ok], strict=True)])
             out.append(PassK(policy=policy, counterpart=counterpart, policy_role=role, metric=metric, k=k,
                              pass_at_k=proportion_interval(at, n_s[ok], confidence),
                              pass_hat_k=proportion_interval(hat, n_s[ok], confidence)))

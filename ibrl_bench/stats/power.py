@@ -169,7 +169,7 @@ def estimate_components(frame: pd.DataFrame, metric: str = "success_at_1", icc: 
         between, within = icc * total, (1 - icc) * total
         how = f"total variance from {source}, icc {icc:g} given"
     elif parts:
-        between, within = (float(np.mean(v)) for v in zip(*parts))
+        between, within = (float(np.mean(v)) for v in zip(*parts, strict=True))
         how = f"estimated from {source} (one-way ANOVA per cell)"
     else:
         raise UserError(f"{source} has one seed per scenario, so the variance between scenarios cannot be told apart "

@@ -44,8 +44,8 @@ from ibrl_bench.stats.intervals import (
     bootstrap_intervals,
     crossed_interval,
     holm,
-    paired_interval,
     make_interval,
+    paired_interval,
     proportion_interval,
     rank_bounds,
     resampled_means,
@@ -270,13 +270,13 @@ def scenario_tensor(frame: pd.DataFrame, metric: str
     if data.empty:
         raise UserError(f"no scored episode with a defined {metric}; nothing to rank")
     policies = list(dict.fromkeys(frame["policy"]))
-    all_columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"])))
-    present = set(zip(data["policy"], data["counterpart"], data["policy_role"]))
+    all_columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"], strict=True)))
+    present = set(zip(data["policy"], data["counterpart"], data["policy_role"], strict=True))
     columns = [(c, r) for c, r in all_columns if all((p, c, r) in present for p in policies)]
     dropped_columns = [col for col in all_columns if col not in columns]
     if not columns:
         raise UserError(f"no counterpart has every policy scored with a defined {metric}; nothing to rank")
-    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"])]]
+    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"], strict=True)]]
     per = data.groupby(["scenario_id", "policy", "counterpart", "policy_role"])["y"].mean()
     wide = per.unstack(["policy", "counterpart", "policy_role"])
     wide = wide.reindex(columns=pd.MultiIndex.from_tuples([(p, c, r) for p in policies for c, r in columns]))
@@ -325,7 +325,7 @@ def paired_order(x: np.ndarray, confidence: float) -> tuple[list[int], list[int]
     tests = [paired_interval(per[i], per[j], scen, False, confidence=confidence) for i, j in pairs]
     p_holm = holm([t.test.p_value for t in tests])
     above, below = np.zeros(m, int), np.zeros(m, int)
-    for (i, j), t, p in zip(pairs, tests, p_holm):
+    for (i, j), t, p in zip(pairs, tests, p_holm, strict=True):
         if p is not None and p < 1 - confidence:
             winner, loser = (i, j) if t.difference.estimate > 0 else (j, i)  # type: ignore[operator]
             above[loser] += 1
@@ -344,7 +344,7 @@ def paired_rank_ranges(x: np.ndarray, confidence: float) -> list[tuple[int, int]
     above it to the number of policies minus those significantly below it."""
     above, below = paired_order(x, confidence)
     m = x.shape[0]
-    return [(1 + a, m - b) for a, b in zip(above, below)]
+    return [(1 + a, m - b) for a, b in zip(above, below, strict=True)]
 
 
 def rank_intervals(x: np.ndarray, confidence: float, n_resamples: int, seed: int) -> tuple[list[int], list[int]]:
@@ -372,7 +372,7 @@ def nash_bootstrap(x: np.ndarray, n: int, confidence: float, n_resamples: int, s
     low, high, _ = bootstrap_bounds(est, values, None, confidence)  # percentile: no jackknife of a re-solved game
     out = [make_interval(float(e), float(lo), float(hi),
                          f"bootstrap percentile (scenarios), equilibrium re-solved on each of {n_resamples} resamples",
-                         confidence, n, k) for e, lo, hi in zip(est, low, high)]
+                         confidence, n, k) for e, lo, hi in zip(est, low, high, strict=True)]
     return out, [float(s / n_resamples) for s in support]
 
 
@@ -397,7 +397,7 @@ def _policy_sizes(frame: pd.DataFrame, metric: str, policies: list[str], columns
                   k: int) -> tuple[str, dict[str, np.ndarray]]:
     """The metric's kind, and per policy the scored episodes behind each of the scenarios of the tensor."""
     data, kind = scored_with_metric(frame, metric)
-    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"])]]
+    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"], strict=True)]]
     sizes = {}
     for p in policies:
         per = data[data["policy"] == p].groupby(data["scenario_id"].astype(str)).size()
@@ -452,7 +452,7 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
     else:
         ranks, lows, highs = [None] * len(policies), [None] * len(policies), [None] * len(policies)
     uniform = [PolicyRank(policy=p, mean=iv, rank=r, rank_low=lo, rank_high=hi)
-               for p, iv, r, lo, hi in zip(policies, means, ranks, lows, highs)]
+               for p, iv, r, lo, hi in zip(policies, means, ranks, lows, highs, strict=True)]
 
     cells = x.mean(axis=-1)
     p_star, q_star, value, solver = maxent_nash(cells)
@@ -462,18 +462,19 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
         nash_ivs = _intervals(x, _weighted(q_star), "none {}", **kw)
         in_support = [None] * len(policies)
     counterpart_weights: dict[str, float] = {}
-    for (c, _), w in zip(columns, q_star):
+    for (c, _), w in zip(columns, q_star, strict=True):
         counterpart_weights[c] = counterpart_weights.get(c, 0.0) + float(w)
     nash = NashAveraging(
         solver=solver, game_value=value, n_resamples=nash_resamples if k >= 2 else 0, merge_tolerance=MERGE_TOLERANCE,
-        columns=[ColumnWeight(counterpart=c, policy_role=r, weight=float(w)) for (c, r), w in zip(columns, q_star)],
+        columns=[ColumnWeight(counterpart=c, policy_role=r, weight=float(w))
+                 for (c, r), w in zip(columns, q_star, strict=True)],
         counterpart_weights=counterpart_weights,
         values=[NashValue(policy=p, weight=float(w), value=iv, p_support=s)
-                for p, w, iv, s in zip(policies, p_star, nash_ivs, in_support)],
+                for p, w, iv, s in zip(policies, p_star, nash_ivs, in_support, strict=True)],
     )
 
     keep = cells.max(axis=0) > 0
-    norm_dropped = [col for col, ok in zip(columns, keep) if not ok]
+    norm_dropped = [col for col, ok in zip(columns, keep, strict=True) if not ok]
     if keep.any():
         norm_ivs = _intervals(x[:, keep], _normalized_iqm,
                               "cluster bootstrap {} (scenarios), IQM of score / column best", **kw)
@@ -484,7 +485,7 @@ def rankings(frame: pd.DataFrame, metric: str = "success_at_1", confidence: floa
         metric=metric, confidence=confidence, n_scenarios=k, n_scenarios_dropped=dropped, columns=columns,
         uniform=sorted(uniform, key=lambda r: -(r.mean.estimate if r.mean.estimate is not None else -np.inf)),
         nash=nash,
-        normalized=[NormalizedScore(policy=p, iqm=iv) for p, iv in zip(policies, norm_ivs)],
+        normalized=[NormalizedScore(policy=p, iqm=iv) for p, iv in zip(policies, norm_ivs, strict=True)],
         normalized_dropped=norm_dropped, columns_dropped=dropped_columns,
         rank_rule=RANK_RULE.format(lo=100 * (1 - confidence) / 2, hi=100 * (1 + confidence) / 2),
     )

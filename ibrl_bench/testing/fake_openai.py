@@ -98,13 +98,13 @@ def make_app(faults: Faults | None = None):
             app.state.faults_served += 1
             return error(429, "rate limited", {"retry-after": str(faults.retry_after_s)})
         roll = rng.random()
-        for p, fault in ((faults.p_429, "429"), (faults.p_500, "500"), (faults.p_hang, "hang"),
-                         (faults.p_malformed, "malformed"), (faults.p_empty, "empty")):
+        fault = None
+        for p, kind in ((faults.p_429, "429"), (faults.p_500, "500"), (faults.p_hang, "hang"),
+                        (faults.p_malformed, "malformed"), (faults.p_empty, "empty")):
             if roll < p:
+                fault = kind
                 break
             roll -= p
-        else:
-            fault = None
         if fault:
             app.state.faults_served += 1
         if fault == "429":

@@ -31,9 +31,9 @@ local until the rollouts end (and `generate` is told not to sync processes: agen
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from ibrl_bench.train.policy import Policy, hf_model
 

@@ -241,7 +241,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
             resume.save(config, step, policies, accelerator)
 
 
-def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig, accelerator: Any) -> dict[str, Any]:
+def update_all(policies: dict[Role, Policy], groups: list[Group], config: IBRLConfig,
+               accelerator: Any) -> dict[str, Any]:
     """One GRPO update per trainable role on the same rollouts; per-role statistics, over all
     processes (tokens: the sum over roles and processes)."""
     metrics: dict[str, Any] = {"tokens": 0}
@@ -261,7 +262,7 @@ def role_batch(groups: list[Group], role: Role, options: GRPOOptions) -> tuple[l
     advantages: list[float] = []
     for group in groups:
         adv = group_advantages(group.rewards(role), options.scale_rewards, options.adv_eps)  # [G]
-        for rollout, a in zip(group.rollouts, adv):
+        for rollout, a in zip(group.rollouts, adv, strict=True):
             for sample in rollout.samples[role]:  # every move of the episode shares its advantage
                 samples.append(sample)
                 advantages.append(a)
@@ -308,7 +309,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     with policy.active() as model:
         for _ in range(config.updates_per_step):
             policy.optimizer.zero_grad(set_to_none=True)
-            for k, (batch, a, ref) in enumerate(zip(batches, adv, refs)):
+            for k, (batch, a, ref) in enumerate(zip(batches, adv, refs, strict=True)):
                 with accelerator.autocast():
                     logprobs, entropy = token_logprobs_and_entropy(model, batch, config.temperature)
                 loss, stats = grpo_loss(logprobs, batch.old_logprobs, ref, a, batch.action_mask, options,
@@ -327,7 +328,7 @@ def update_role(policy: Policy, samples: list[Sample], advantages: list[float], 
     keys = ("kl", "clip_frac", "ratio", "entropy")
     totals = over_processes(accelerator, [sums.get(k, 0.0) for k in keys] + [loss_sum, float(truncated)])
     divisor = max(step_tokens, 1.0) * config.updates_per_step
-    metrics = {k: v / divisor for k, v in zip(keys, totals)}
+    metrics = {k: v / divisor for k, v in zip(keys, totals, strict=False)}
     # Each process's loss is world x its part of the step's (see above): their mean is the step's.
     metrics["loss"] = totals[len(keys)] / world / config.updates_per_step
     metrics["tokens"] = step_tokens  # distinct tokens trained on, however many updates reuse them
@@ -344,7 +345,7 @@ def mean_rewards(groups: list[Group], roles: tuple[Role, ...], accelerator: Any)
     rollouts = [r for g in groups for r in g.rollouts]
     local = [sum(r.reward(role) for r in rollouts) for role in roles] + [len(rollouts)]
     *sums, count = over_processes(accelerator, local)
-    return {role: total / max(count, 1) for role, total in zip(roles, sums)}
+    return {role: total / max(count, 1) for role, total in zip(roles, sums, strict=True)}
 
 
 def group_rewards(groups: list[Group], roles: list[Role], accelerator: Any) -> dict[Role, list[float]]:

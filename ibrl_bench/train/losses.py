@@ -22,7 +22,8 @@ Only tokens under the action mask count: the role's own generated ids.
 
 `pi_old` is the sampling policy, whose log-probabilities the rollout recorded (the prompt trained
 on is the one sampled from: samples.truncate never cuts it); with one update per rollout batch the
-ratio is 1 up to numerics and the clip matters only when a step makes several optimizer updates. kl_coef = 0 means no reference forward at all (the caller passes None).
+ratio is 1 up to numerics and the clip matters only when a step makes several optimizer updates.
+kl_coef = 0 means no reference forward at all (the caller passes None).
 """
 
 from __future__ import annotations

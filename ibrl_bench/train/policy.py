@@ -28,10 +28,11 @@ training mode with every dropout probability set to 0.)
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -175,7 +176,8 @@ class Policy:
             self.tokenizer.save_pretrained(folder)
 
 
-def load_policy(options: ModelOptions, lr: float, name: str = "default", reference: bool = True, **optim: Any) -> Policy:
+def load_policy(options: ModelOptions, lr: float, name: str = "default", reference: bool = True,
+                **optim: Any) -> Policy:
     """One trainable policy (SFT, unilateral RL). `optim` goes to AdamW (weight_decay, betas...)."""
     return load_policies(options, [name], lr, reference=reference, **optim)[name]
 
@@ -217,7 +219,7 @@ def load_policies(
     if options.lora is None:
         trained = [start() for _ in names]
         frozen = start().requires_grad_(False) if reference else None
-        for name, model in zip(names, trained):
+        for name, model in zip(names, trained, strict=True):
             model.requires_grad_(True)
             _prepare_for_training(model, options)
             trainable = list(model.parameters())
@@ -252,7 +254,8 @@ def load_policies(
             adapter = _adapter_name(name)
             trainable = [p for n, p in model.named_parameters() if f".{adapter}." in n and "lora_" in n]
             if not trainable:
-                raise UserError(f"LoRA found no layers to adapt in {options.model} (target_modules={options.lora.target_modules})")
+                raise UserError(f"LoRA found no layers to adapt in {options.model} "
+                                f"(target_modules={options.lora.target_modules})")
             for p in trainable:
                 p.requires_grad_(True)
             policies[name] = Policy(name, model, tokenizer, optimizer(trainable), target, base_params, adapter, None,

@@ -44,9 +44,11 @@ def load_recipe(path: str | Path, config_class: type[C], overrides: list[str] | 
     if version is None:
         raise UserError(f"{path}: no version; add `version: {RECIPE_VERSION}` at the top")
     if version != RECIPE_VERSION:
-        raise UserError(f"{path}: version {version!r} is not a recipe format this ibrl-bench reads (it reads {RECIPE_VERSION})")
+        raise UserError(f"{path}: version {version!r} is not a recipe format this ibrl-bench reads "
+                        f"(it reads {RECIPE_VERSION})")
     if method is not None and data.get("method", method) != method:
-        raise UserError(f"{path}: a recipe for method {data['method']!r}, not {method!r}; use `ibrl-bench train {data['method']}`")
+        raise UserError(f"{path}: a recipe for method {data['method']!r}, not {method!r}; "
+                        f"use `ibrl-bench train {data['method']}`")
     set_by: dict[str, str] = {}
     for item in overrides:
         key, value = parse_override(item, path)
@@ -80,7 +82,8 @@ def parse_override(item: str, path: Path) -> tuple[str, Any]:
     try:
         value = load_yaml_text(raw, f"override {key}") if raw.strip() else ""
     except UserError:
-        raise UserError(f"override {item!r} for {path}: the value is not valid YAML; quote it, e.g. {key}='{raw}'") from None
+        raise UserError(f"override {item!r} for {path}: the value is not valid YAML; "
+                        f"quote it, e.g. {key}='{raw}'") from None
     return key, value
 
 
@@ -111,7 +114,8 @@ def _describe(err: dict[str, Any], path: Path, config_class: type[BaseModel], se
     # A union field's error names the branch after the key (`target_modules.list[str]`): cut it, so
     # the message names a key the recipe can hold.
     key = ".".join(str(x) for x in err["loc"] if not _is_branch(x)) or "(top level)"
-    source = next((f" (set by override {item})" for k, item in set_by.items() if key == k or key.startswith(k + ".")), "")
+    source = next((f" (set by override {item})" for k, item in set_by.items()
+                   if key == k or key.startswith(k + ".")), "")
     if err["type"] == "extra_forbidden":
         parent = err["loc"][:-1]
         known = _known_keys(config_class, parent)
@@ -160,7 +164,8 @@ def recipe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
         else:
             default = _as_yaml(field.default)
         bounds = ", ".join(f"{op} {getattr(m, attr)}" for m in field.metadata
-                          for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"), ("min_length", "len >="))
+                          for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"),
+                                           ("min_length", "len >="))
                           if getattr(m, attr, None) is not None)
         rows.append((key, _type_name(field.annotation) + (f" ({bounds})" if bounds else ""), default))
         for block in _models_in(field.annotation):

@@ -99,7 +99,7 @@ def restore(config: BaseModel, policies: dict[str, Any]) -> int:
             if shapes != [tuple(p.shape) for p in params]:
                 raise UserError(f"{state_path(config.out)} does not fit the model of role {role} "
                                 "(its trainable tensors differ); give another out folder")
-            for p, t in zip(params, saved["parameters"]):
+            for p, t in zip(params, saved["parameters"], strict=True):
                 p.copy_(_like(t, p))
             policy.optimizer.load_state_dict(_optimizer_like(saved["optimizer"], policy.optimizer))
     torch.set_rng_state(state["torch_rng"])

@@ -107,9 +107,10 @@ def collect(
 
 async def _collect(domain, scenarios, agents, group_size, seed, step, traced, max_turns) -> list[Group]:
     jobs = [(i, episode_seed(seed, step, s.id, g)) for i, s in enumerate(scenarios) for g in range(group_size)]
-    results = await asyncio.gather(*(play_episode(domain, scenarios[i], agents, ep_seed, max_turns) for i, ep_seed in jobs))
+    results = await asyncio.gather(*(play_episode(domain, scenarios[i], agents, ep_seed, max_turns)
+                                     for i, ep_seed in jobs))
     groups = [Group(scenario=s, rollouts=[]) for s in scenarios]
-    for (i, ep_seed), result in zip(jobs, results):
+    for (i, ep_seed), result in zip(jobs, results, strict=True):
         samples: dict[Role, list[Sample]] = {}
         for role in traced:
             moves = []
@@ -196,7 +197,8 @@ def vllm_policy_agents(policies: Mapping[Role, Any], domain: Domain, temperature
     params = VLLMParams(temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size, window_ms=5,
                         dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, kv_cache_gb=kv_cache_gb,
                         max_lora_rank=max(p.lora_rank() or 1 for p in policies.values()),
-                        max_model_len=max_length, prompt=prompt)  # prompts cut as the trainer's samples are (samples.py)
+                        # prompts cut as the trainer's samples are (samples.py)
+                        max_model_len=max_length, prompt=prompt)
     llm, tokenizer = load_engine(base, params, first.base_target, loras=len(policies))
     adapters: dict[Role, Any] = {}
     agent = VLLMAgent(llm, params, domain, tokenizer, eos_ids(base, tokenizer), trace=True, adapters=adapters)

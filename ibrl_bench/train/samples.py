@@ -54,7 +54,8 @@ class Batch:
     old_logprobs: Any  # FloatTensor [B, T]: sampling log-probabilities where action_mask is 1, else 0
 
     def to(self, device: Any) -> Batch:
-        return Batch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs)))
+        return Batch(*(t.to(device)
+                       for t in (self.input_ids, self.attention_mask, self.action_mask, self.old_logprobs)))
 
 
 def prompt_budget(max_positions: int | None, max_length: int | None, max_new_tokens: int) -> int | None:
@@ -118,7 +119,8 @@ def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Any:
     return token_logprobs_and_entropy(model, batch, temperature, entropy=False)[0]
 
 
-def token_logprobs_and_entropy(model: Any, batch: Batch, temperature: float = 1.0, entropy: bool = True) -> tuple[Any, Any]:
+def token_logprobs_and_entropy(model: Any, batch: Batch, temperature: float = 1.0,
+                               entropy: bool = True) -> tuple[Any, Any]:
     """`token_logprobs`, and the entropy [B, T] of the predicted distribution at every position
     (column 0 = 0; no grad: a statistic), or None when `entropy` is False."""
     import torch

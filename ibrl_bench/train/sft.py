@@ -44,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation, Role
 from ibrl_bench.errors import UserError
 from ibrl_bench.models.tiny import TinyConfig
-from ibrl_bench.runner.store import EpisodeRecord
 from ibrl_bench.runner.replay import ReplayMismatch, replay_moves
+from ibrl_bench.runner.store import EpisodeRecord
 from ibrl_bench.train.policy import ModelOptions
 from ibrl_bench.train.samples import Sample
 
@@ -100,7 +100,8 @@ class SFTConfig(BaseModel):
         if (self.model is None) == (self.from_scratch is None):
             raise ValueError("give exactly one of model (an hf: checkpoint) and from_scratch (a tiny model)")
         if self.max_new_tokens >= self.max_length:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt in max_length={self.max_length}")
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt "
+                             f"in max_length={self.max_length}")
         return self
 
 
@@ -234,7 +235,8 @@ def imitation_loss(model: Any, batch: Any) -> tuple[Any, Any]:
     return -(logprobs * mask).sum() / n_tokens.clamp(min=1), n_tokens
 
 
-def mean_loss(model: Any, samples: list[Sample], pad_id: int, max_length: int, batch_size: int, device: Any) -> float | None:
+def mean_loss(model: Any, samples: list[Sample], pad_id: int, max_length: int, batch_size: int,
+              device: Any) -> float | None:
     """Token-level mean NLL of `samples` under `model`, without gradients (None when there are none)."""
     import torch
 
@@ -274,7 +276,8 @@ def run(config: SFTConfig, log: Any) -> str:
     tokenizer = policy.tokenizer
     budget = prompt_budget(model_context(policy.model), config.max_length, config.max_new_tokens)
     data = build_dataset(config, tokenizer, budget)
-    logger.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout), _describe_counts(data.counts))
+    logger.info("sft data: %d train and %d held-out samples; %s", len(data.train), len(data.heldout),
+                _describe_counts(data.counts))
 
     model, optimizer = accelerator.prepare(policy.model, policy.optimizer)
     policy.model = model  # save() unwraps it
@@ -289,7 +292,8 @@ def run(config: SFTConfig, log: Any) -> str:
     order = _Shuffler(len(data.train), config.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     if config.batch_size < world:
-        raise UserError(f"batch_size={config.batch_size} is smaller than the {world} processes; raise it to at least {world}")
+        raise UserError(f"batch_size={config.batch_size} is smaller than the {world} processes; "
+                        f"raise it to at least {world}")
     start = time.perf_counter()
     for step in range(1, config.steps + 1):
         # Every process draws the same global batch (same seed, same order) and takes its share.
@@ -308,8 +312,9 @@ def run(config: SFTConfig, log: Any) -> str:
         seconds = time.perf_counter() - tick
         if accelerator.is_main_process:
             tokens = float(summed[1])
-            log.log(step, loss=float(summed[0]) / max(tokens, 1.0), grad_norm=None if grad_norm is None else float(grad_norm), tokens=int(tokens),
-                     tokens_per_s=tokens / max(seconds, 1e-9), samples=config.batch_size)
+            log.log(step, loss=float(summed[0]) / max(tokens, 1.0),
+                    grad_norm=None if grad_norm is None else float(grad_norm), tokens=int(tokens),
+                    tokens_per_s=tokens / max(seconds, 1e-9), samples=config.batch_size)
 
     heldout_after = heldout_loss()
     accelerator.wait_for_everyone()

@@ -49,14 +49,14 @@ def estimate_opponent(counts: Vec, their_takes: list[Vec]) -> tuple[float, float
     item is worth 10 / (number of items)."""
     n = len(their_takes)
     weights = [(0.5 + sum(t[i] / counts[i] for t in their_takes)) / (1 + n) for i in range(3)]
-    scale = TOTAL_VALUE / sum(c * w for c, w in zip(counts, weights))
+    scale = TOTAL_VALUE / sum(c * w for c, w in zip(counts, weights, strict=True))
     return (weights[0] * scale, weights[1] * scale, weights[2] * scale)
 
 
 def describe(take: Vec, counts: Vec) -> str:
     """Words for a share of the pool, e.g. "2 books and the ball"."""
     parts = []
-    for item, n, c in zip(ITEMS, take, counts):
+    for item, n, c in zip(ITEMS, take, counts, strict=True):
         if n == 0:
             continue
         noun = item if n == 1 else item + "s"
@@ -85,12 +85,12 @@ class View:
 
     def opp_utility(self, own: Vec) -> float:
         give = complement(self.counts, own)
-        return sum(v * n for v, n in zip(self.opp_values, give))
+        return sum(v * n for v, n in zip(self.opp_values, give, strict=True))
 
     @property
     def ideal(self) -> Vec:
         """Everything this side values; items worth 0 to it go to the opponent."""
-        return tuple(c if v > 0 else 0 for c, v in zip(self.counts, self.values))  # type: ignore[return-value]
+        return tuple(c if v > 0 else 0 for c, v in zip(self.counts, self.values, strict=True))  # type: ignore[return-value]
 
     @property
     def tau(self) -> float:
@@ -114,7 +114,7 @@ class View:
 @lru_cache(maxsize=8192)  # each call re-reads the whole dialogue; parse every message once
 def _proposal(text: str, counts: Vec) -> Vec | None:
     take = parse_proposal(text, counts)
-    if take is None or len(take) != 3 or any(not 0 <= n <= c for n, c in zip(take, counts)):
+    if take is None or len(take) != 3 or any(not 0 <= n <= c for n, c in zip(take, counts, strict=True)):
         return None
     return tuple(int(n) for n in take)  # type: ignore[return-value]
 
@@ -295,7 +295,7 @@ class TitForTat(Negotiator):
             return max(self.floor, previous)
         # Concession of the opponent: what its latest claim is worth to it less than its previous one.
         last, before = view.theirs[-1], view.theirs[-2]
-        conceded = sum(v * (b - a) for v, a, b in zip(view.opp_values, last, before))
+        conceded = sum(v * (b - a) for v, a, b in zip(view.opp_values, last, before, strict=True))
         return min(float(TOTAL_VALUE), max(self.floor, previous - conceded))
 
     def propose(self, view: View) -> Vec:

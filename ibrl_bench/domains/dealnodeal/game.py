@@ -121,7 +121,8 @@ class DealOrNoDeal(Domain):
         a, b = self.roles
         turns = sum(1 for t in state.transcript if t.public)
         zero = {a: 0.0, b: 0.0}
-        metrics: dict[str, float | bool | None] = {"pareto_optimal": None, "ended_by_selection": state.ended_by == "selection"}
+        metrics: dict[str, float | bool | None] = {"pareto_optimal": None,
+                                                   "ended_by_selection": state.ended_by == "selection"}
         if state.violators:
             return Outcome(
                 status="invalid", rewards=zero, agreement=False, success=False, turns=turns,

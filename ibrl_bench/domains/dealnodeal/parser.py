@@ -204,7 +204,7 @@ def parse_proposal(text: str, counts: Vec) -> Vec | None:
 
 
 def format_take(take: Vec) -> str:
-    return " ".join(f"{item}={n}" for item, n in zip(ITEMS, take))
+    return " ".join(f"{item}={n}" for item, n in zip(ITEMS, take, strict=True))
 
 
 def format_split(take: Vec) -> str:
@@ -316,7 +316,7 @@ def _split_chunk(chunk: str, side: str, explicit: bool, out: list[tuple[str, boo
         out.append((first_side, True, chunk[:markers[0].start()]))
     else:
         out.append((side, explicit, chunk[:markers[0].start()]))
-    for m, nxt in zip(markers, [*markers[1:], None]):
+    for m, nxt in zip(markers, [*markers[1:], None], strict=True):
         out.append((_marker_side(m)[0], True, chunk[m.end():nxt.start() if nxt else len(chunk)]))
     return _marker_side(markers[-1])[0], True
 

@@ -24,14 +24,16 @@ PROMPT_VERSION = "dnd-prompt-v1"
 SYSTEM = """You are negotiating in the game "Deal or No Deal" against another player.
 
 The pool holds {pool}. You and the other player must agree how to divide it; each item goes to one of you.
-Your private values per item: {values}. The whole pool is worth exactly 10 to you. The other player values the items differently, and you do not know how.
+Your private values per item: {values}. The whole pool is worth exactly 10 to you. \
+The other player values the items differently, and you do not know how.
 Your goal is the highest total value for yourself. If you do not agree, both of you score 0.
 
 Rules:
 - You take turns sending short messages; the talk ends after {max_turns} messages in total.
 - To make an offer, include <propose>book=X hat=Y ball=Z</propose>, listing the items YOU would take.
 - To accept the offer on the table and end the talk, include <selection>.
-- After the talk each player privately states the items it takes: <split>book=X hat=Y ball=Z</split>. The deal holds only if the two splits add up exactly to the pool. <split>no deal</split> declines.
+- After the talk each player privately states the items it takes: <split>book=X hat=Y ball=Z</split>. \
+The deal holds only if the two splits add up exactly to the pool. <split>no deal</split> declines.
 Write only your next message, one or two sentences."""
 
 OPEN = "You speak first. Send your opening message."
@@ -56,11 +58,11 @@ PROMPTS = {
 
 
 def _pool(counts: list[int], items: list[str]) -> str:
-    return ", ".join(f"{n} {item}{'s' if n != 1 else ''}" for item, n in zip(items, counts))
+    return ", ".join(f"{n} {item}{'s' if n != 1 else ''}" for item, n in zip(items, counts, strict=True))
 
 
 def _tags(numbers: list[int], items: list[str]) -> str:
-    return " ".join(f"{item}={n}" for item, n in zip(items, numbers))
+    return " ".join(f"{item}={n}" for item, n in zip(items, numbers, strict=True))
 
 
 def _table(obs: Observation) -> str:
@@ -84,14 +86,15 @@ def chat_messages(obs: Observation, prompt: str = DEFAULT_PROMPT) -> list[dict[s
     p = obs.private
     system = templates["system"].format(
         pool=_pool(p["counts"], p["items"]),
-        values=", ".join(f"{item}={v}" for item, v in zip(p["items"], p["values"])),
+        values=", ".join(f"{item}={v}" for item, v in zip(p["items"], p["values"], strict=True)),
         pool_tags=_tags(p["counts"], p["items"]),
         value_tags=_tags(p["values"], p["items"]),
         max_turns=obs.max_turns,
     )
     messages = chat_from_dialogue(system, obs, templates["open"])
     if obs.phase == "select":
-        select = templates["select"].format(table=_table(obs)) if "{table}" in templates["select"] else templates["select"]
+        select = (templates["select"].format(table=_table(obs)) if "{table}" in templates["select"]
+                  else templates["select"])
         if messages[-1]["role"] == "user":  # keep roles alternating for strict chat templates
             messages[-1] = {"role": "user", "content": messages[-1]["content"] + "\n\n" + select}
         else:

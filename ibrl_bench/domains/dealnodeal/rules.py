@@ -38,8 +38,8 @@ def valid_pair(counts: Vec, va: Vec, vb: Vec) -> bool:
         valid_counts(counts)
         and valid_values(counts, va)
         and valid_values(counts, vb)
-        and all(x > 0 or y > 0 for x, y in zip(va, vb))
-        and any(x > 0 and y > 0 for x, y in zip(va, vb))
+        and all(x > 0 or y > 0 for x, y in zip(va, vb, strict=False))
+        and any(x > 0 and y > 0 for x, y in zip(va, vb, strict=False))
     )
 
 
@@ -62,7 +62,7 @@ def complement(counts: Vec, take: Vec) -> Vec:
 
 
 def is_agreement(counts: Vec, take_a: Vec, take_b: Vec) -> bool:
-    return all(x + y == c for x, y, c in zip(take_a, take_b, counts))
+    return all(x + y == c for x, y, c in zip(take_a, take_b, counts, strict=False))
 
 
 def is_pareto_optimal(counts: Vec, va: Vec, vb: Vec, take_a: Vec) -> bool:

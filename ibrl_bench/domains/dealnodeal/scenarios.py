@@ -104,7 +104,7 @@ def load_lewis_contexts(path: str | Path) -> ScenarioSet:
     if len(rows) % 2:
         raise UserError(f"{path}: odd number of context lines ({len(rows)}); lines come in pairs")
     scenarios = []
-    for (la, ca, va), (lb, cb, vb) in zip(rows[::2], rows[1::2]):
+    for (la, ca, va), (lb, cb, vb) in zip(rows[::2], rows[1::2], strict=True):
         if ca != cb:
             raise UserError(f"{path}:{la}-{lb}: the two sides of a game list different item counts")
         if not valid_pair(ca, va, vb):

@@ -13,7 +13,8 @@ from ibrl_bench.domains.telesales.catalog import load_catalog
 
 PROMPT_VERSION = "ts-prompt-v1"
 
-SELLER = """You are a car salesperson at {dealership}, calling a prospective buyer you have never met. Your goal is a valid sale at a good price.
+SELLER = """You are a car salesperson at {dealership}, calling a prospective buyer you have never met. \
+Your goal is a valid sale at a good price.
 
 Vehicles in stock (list price; your floor, the lowest price you may sell for, is private):
 {inventory}
@@ -21,8 +22,10 @@ Extras you may add to an offer (their cost to the dealership): {incentives}
 
 Rules:
 - You and the buyer take turns; the call ends after {max_turns} messages in total, or when the buyer accepts or leaves.
-- Make a formal offer with the tag <offer>vehicle=ID price=N extras=ID,ID</offer> (extras optional), using the vehicle ids above. The buyer can accept only your latest offer.
-- An offer below the floor, of a vehicle not in stock, or with an extra you do not have makes the sale fall through; a sale also falls through if the vehicle misses something the buyer must have or the price is over the buyer's budget.
+- Make a formal offer with the tag <offer>vehicle=ID price=N extras=ID,ID</offer> (extras optional), \
+using the vehicle ids above. The buyer can accept only your latest offer.
+- An offer below the floor, of a vehicle not in stock, or with an extra you do not have makes the sale fall through; \
+a sale also falls through if the vehicle misses something the buyer must have or the price is over the buyer's budget.
 Write only your next message: short, as on the phone."""
 
 BUYER = """You are a {temperament} customer taking a call from a car dealership. You are looking for a vehicle.
@@ -30,7 +33,8 @@ BUYER = """You are a {temperament} customer taking a call from a car dealership.
 Your private situation (never reveal your budget or your limit outright):
 - Must have: {must_haves}.
 - Nice to have: {nice}.
-- Budget: at most ${budget}; you would rather not pay more than ${reservation} for a vehicle that just meets your needs (each nice-to-have it has is worth about ${nice_bonus} more to you).
+- Budget: at most ${budget}; you would rather not pay more than ${reservation} for a vehicle \
+that just meets your needs (each nice-to-have it has is worth about ${nice_bonus} more to you).
 - Extras you would value: {extras}.
 - Patience: you will leave after about {patience} of your own messages if the call goes nowhere.
 
@@ -45,10 +49,12 @@ TEMPLATES = {"seller": SELLER, "buyer": BUYER, "open": OPEN}
 PROMPT_HASH = content_hash([PROMPT_VERSION, TEMPLATES])
 
 COMPACT = {
-    "seller": "Sell a car by phone, {max_turns} messages. Stock (floors private):\n{inventory}\nExtras (cost): {incentives}. "
-              "Offer: <offer>vehicle=ID price=N extras=ID,ID</offer>. Below floor, not in stock or missing a must-have: no sale. Be brief.",
+    "seller": "Sell a car by phone, {max_turns} messages. Stock (floors private):\n{inventory}\n"
+              "Extras (cost): {incentives}. Offer: <offer>vehicle=ID price=N extras=ID,ID</offer>. "
+              "Below floor, not in stock or missing a must-have: no sale. Be brief.",
     "buyer": "You are a {temperament} car buyer, {max_turns} messages. Must have: {must_haves}. Nice: {nice}. "
-             "Budget ${budget}; fair price ${reservation} (+${nice_bonus} per nice-to-have). Extras you value: {extras}. "
+             "Budget ${budget}; fair price ${reservation} (+${nice_bonus} per nice-to-have). "
+             "Extras you value: {extras}. "
              "Patience: {patience} messages. <accept> takes the latest offer; <leave> ends the call. Be brief.",
     "open": "The call starts.",
 }

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from ibrl_bench.domains.base import Scenario, ScenarioSet, content_hash
 from ibrl_bench.domains.telesales.catalog import Vehicle, load_catalog
@@ -189,7 +189,7 @@ def split_of(key: str) -> str:
     return next(name for name, bound in _SPLIT_BOUNDS if bucket < bound)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _split(split: str) -> tuple[Scenario, ...]:
     out: list[Scenario] = []
     seen: set[str] = set()

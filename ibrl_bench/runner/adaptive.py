@@ -58,8 +58,8 @@ class CellStop(BaseModel):
 
     @property
     def halfwidth(self) -> float | None:
-        iv = self.interval
-        return None if iv.low is None or iv.high is None else (iv.high - iv.low) / 2
+        width = halfwidth(self.interval)
+        return None if math.isinf(width) else width
 
 
 class AdaptiveReport(BaseModel):

@@ -22,6 +22,7 @@ and its first job cost about 8 CPU-seconds (imports, mostly), each further job a
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -157,9 +158,18 @@ def results(jobs: list[dict], processes: int) -> list[list[tuple[dict, list]]]:
 # in the same processes, which spares each one's imports (see the module's docstring).
 SHARED = {
     "one-process": (1, "none", [{"lora": True}, {"lora": False}]),
-    "fsdp": (2, "fsdp", [{"lora": True}, {"lora": False}, {"lora": True, "uneven": True}]),
+    "fsdp": (2, "fsdp", [{"lora": True}, {"lora": False}, {"lora": True, "uneven": True},
+                         # with the trainers' own AdamW: a run, the same run with other rewards for
+                         # b, and a run stopped after step 1 (the isolation and resume test's)
+                         {"sgd": False}, {"sgd": False, "b_offset": 3.5}, {"sgd": False, "steps": 1}]),
     "ddp": (2, "ddp", [{"lora": True}]),
 }
+
+
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """Where SHARED[name] runs: job i in job-{i}/; one folder for all pytest-xdist processes."""
+    root = tmp_path_factory.getbasetemp()
+    return (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / f"distributed-{name}"
 
 
 def shared(base: Path, tmp_path_factory, name: str) -> list[list[tuple[dict, list]]]:
@@ -167,13 +177,10 @@ def shared(base: Path, tmp_path_factory, name: str) -> list[list[tuple[dict, lis
     process: they share the parent of their temporary folders) wait for it and read what it wrote."""
     from filelock import FileLock  # a dependency of torch's, so here wherever this module runs
 
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    folder = root / f"distributed-{name}"
+    folder = shared_folder(tmp_path_factory, name)
     processes, mode, kwargs = SHARED[name]
     jobs = [job(folder / f"job-{i}", **k) for i, k in enumerate(kwargs)]
-    with FileLock(str(root / f"distributed-{name}.lock")):
+    with FileLock(f"{folder}.lock"):
         if not (folder / "done").is_file():
             launch(base, folder, jobs, processes, mode)
             (folder / "done").touch()
@@ -240,13 +247,10 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_mod
     assert all(m["tokens"] > 0 for m in first["metrics"])
 
 
-def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(tiny_model_1layer, tmp_path):
-    # sgd=False: the trainers' own AdamW. In one launch: the run, the same run with other rewards
-    # for b, and a run stopped after step 1 (resumed below, by processes of their own).
-    jobs = [job(tmp_path / "one", sgd=False), job(tmp_path / "two", b_offset=3.5, sgd=False),
-            job(tmp_path / "resumed", sgd=False, steps=1)]
-    ((first, weights), second), ((other, other_weights), _), _ = launch(tiny_model_1layer, tmp_path / "launch", jobs,
-                                                                         2, "fsdp")
+def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(tiny_model_1layer, tmp_path,
+                                                                                tmp_path_factory):
+    ((first, weights), second), ((other, other_weights), _), _ = shared(tiny_model_1layer, tmp_path_factory,
+                                                                         "fsdp")[3:]
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
     assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"], strict=True))
@@ -271,6 +275,7 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     # Stopped after step 1 and resumed by new processes: the weights of the run never stopped, on
     # both processes. AdamW's moments are sharded like the adapters and must come back into the
     # right shards.
+    shutil.copytree(shared_folder(tmp_path_factory, "fsdp") / "job-5", tmp_path / "resumed")  # stopped after step 1
     (resumed,) = launch(tiny_model_1layer, tmp_path / "resume", [job(tmp_path / "resumed", sgd=False)], 2, "fsdp")
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
     for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed, strict=True):

@@ -82,6 +82,8 @@ ibrl.collect, ibrl.update_all, ibrl.role_batch = collect_with_rewards, update_an
 for job in jobs:  # one after the other in these processes; each run seeds itself and loads its own models
     seen = {"scenarios": [], "metrics": [], "optimizers": {}}
     weights = []
+    # What `distributed_type: FSDP` in a launch config sets; read by the trainers when they prepare.
+    os.environ["ACCELERATE_USE_FSDP"] = "true" if job["fsdp"] else "false"
     # see the module's docstring
     torch.optim.AdamW = (lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)) if job["sgd"] else adamw
     model = ModelOptions(model=base, lora=LoraOptions(r=4) if job["lora"] else None, device="cpu")
@@ -99,17 +101,17 @@ for job in jobs:  # one after the other in these processes; each run seeds itsel
 """
 
 
-def job(out: Path, trainer: str = "ibrl", lora: bool = True, b_offset: float = 0.0, sgd: bool = True,
-        uneven: bool = False, steps: int = 2) -> dict:
+def job(out: Path, fsdp: bool = True, trainer: str = "ibrl", lora: bool = True, b_offset: float = 0.0,
+        sgd: bool = True, uneven: bool = False, steps: int = 2) -> dict:
     """One training for the workers: into `out` (a folder that holds a state resumes it), `steps`
-    steps; SGD or the trainers' AdamW; `b_offset` added to b's rewards; `uneven`: rank 1 trains
-    on fewer moves."""
+    steps; sharded (FSDP) or not (DDP, on more than one process); SGD or the trainers' AdamW;
+    `b_offset` added to b's rewards; `uneven`: rank 1 trains on fewer moves."""
     out.mkdir(parents=True, exist_ok=True)
-    return {"out": str(out), "trainer": trainer, "lora": lora, "b_offset": b_offset, "sgd": sgd, "uneven": uneven,
-            "steps": steps}
+    return {"out": str(out), "fsdp": fsdp, "trainer": trainer, "lora": lora, "b_offset": b_offset, "sgd": sgd,
+            "uneven": uneven, "steps": steps}
 
 
-def launch(base: Path, folder: Path, jobs: list[dict], processes: int, mode: str) -> list[list[tuple[dict, list]]]:
+def launch(base: Path, folder: Path, jobs: list[dict], processes: int) -> list[list[tuple[dict, list]]]:
     """Start `processes` workers as torchrun starts them (RANK, WORLD_SIZE, MASTER_ADDR... in their
     environment; one process: none of them, a plain run) but without torchrun's own supervising
     process, one torch import less per launch; they train the jobs in order. Returns, per job, each
@@ -122,8 +124,6 @@ def launch(base: Path, folder: Path, jobs: list[dict], processes: int, mode: str
     worker = folder / "worker.py"
     worker.write_text(WORKER)
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    if mode == "fsdp":
-        env["ACCELERATE_USE_FSDP"] = "true"  # what `distributed_type: FSDP` in a launch config sets
     workers = []
     for rank in range(processes):
         if processes > 1:
@@ -153,16 +153,17 @@ def results(jobs: list[dict], processes: int) -> list[list[tuple[dict, list]]]:
               torch.load(Path(j["out"]) / f"rank-{r}.pt")) for r in range(processes)] for j in jobs]
 
 
-# Launches that several tests read, each made once per session: (processes, mode, jobs). The
-# one-process runs are the references of the two-process ones; the jobs of a launch run in order
-# in the same processes, which spares each one's imports (see the module's docstring).
+# The launches the tests read, each made once per session: (processes, jobs). The one-process
+# runs are the references of the two-process ones. The jobs of a launch run in order in the same
+# processes, which spares each one's start (see the module's docstring); on the CPU, accelerate
+# leaves FSDP to the trainers (train/fsdp.py), so DDP and FSDP jobs can share processes.
 SHARED = {
-    "one-process": (1, "none", [{"lora": True}, {"lora": False}]),
-    "fsdp": (2, "fsdp", [{"lora": True}, {"lora": False}, {"lora": True, "uneven": True},
-                         # with the trainers' own AdamW: a run, the same run with other rewards for
-                         # b, and a run stopped after step 1 (the isolation and resume test's)
-                         {"sgd": False}, {"sgd": False, "b_offset": 3.5}, {"sgd": False, "steps": 1}]),
-    "ddp": (2, "ddp", [{"lora": True}]),
+    "one-process": (1, [{"fsdp": False, "lora": True}, {"fsdp": False, "lora": False}]),
+    "two-processes": (2, [{"lora": True}, {"lora": False}, {"lora": True, "uneven": True},
+                          # with the trainers' own AdamW: a run, the same run with other rewards for
+                          # b, and a run stopped after step 1 (the isolation and resume test's)
+                          {"sgd": False}, {"sgd": False, "b_offset": 3.5}, {"sgd": False, "steps": 1},
+                          {"fsdp": False, "lora": True}]),
 }
 
 
@@ -178,11 +179,11 @@ def shared(base: Path, tmp_path_factory, name: str) -> list[list[tuple[dict, lis
     from filelock import FileLock  # a dependency of torch's, so here wherever this module runs
 
     folder = shared_folder(tmp_path_factory, name)
-    processes, mode, kwargs = SHARED[name]
+    processes, kwargs = SHARED[name]
     jobs = [job(folder / f"job-{i}", **k) for i, k in enumerate(kwargs)]
     with FileLock(f"{folder}.lock"):
         if not (folder / "done").is_file():
-            launch(base, folder, jobs, processes, mode)
+            launch(base, folder, jobs, processes)
             (folder / "done").touch()
     return results(jobs, processes)
 
@@ -207,10 +208,11 @@ def assert_close_weights(got, want):
 
 # Unilateral runs the same `train` loop and sharding with one role (FSDP unilateral ran green here
 # before it left the suite to keep it under 10 minutes).
-@pytest.mark.parametrize("mode,lora,index", [("fsdp", True, 0), ("fsdp", False, 1), ("ddp", True, 0)],
+@pytest.mark.parametrize("mode,lora,index", [("fsdp", True, 0), ("fsdp", False, 1), ("ddp", True, 6)],
                          ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "ddp-ibrl-two-adapters"])
 def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tmp_path_factory, mode, lora, index):
-    (first, first_weights), (second, second_weights) = shared(tiny_model_1layer, tmp_path_factory, mode)[index]
+    ranks = shared(tiny_model_1layer, tmp_path_factory, "two-processes")[index]
+    (first, first_weights), (second, second_weights) = ranks
     assert first["sharded"] == (mode == "fsdp") and second["sharded"] == (mode == "fsdp")
     # Whole groups per process: the two processes played different halves of every step.
     for mine, theirs in zip(first["scenarios"], second["scenarios"], strict=True):
@@ -239,7 +241,7 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_mod
     """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
     one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
     buffers in every forward) and nobody waits forever."""
-    (first, first_weights), (second, second_weights) = shared(tiny_model_1layer, tmp_path_factory, mode)[2]
+    (first, first_weights), (second, second_weights) = shared(tiny_model_1layer, tmp_path_factory, "two-processes")[2]
     for step_a, step_b in zip(first_weights, second_weights, strict=True):
         for role in step_a:
             assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role], strict=True))
@@ -249,8 +251,8 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_mod
 
 def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(tiny_model_1layer, tmp_path,
                                                                                 tmp_path_factory):
-    ((first, weights), second), ((other, other_weights), _), _ = shared(tiny_model_1layer, tmp_path_factory,
-                                                                         "fsdp")[3:]
+    ((first, weights), second), ((other, other_weights), _) = shared(tiny_model_1layer, tmp_path_factory,
+                                                                      "two-processes")[3:5]
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
     assert all(torch.equal(p, q) for p, q in zip(weights[0]["a"], other_weights[0]["a"], strict=True))
@@ -275,8 +277,8 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     # Stopped after step 1 and resumed by new processes: the weights of the run never stopped, on
     # both processes. AdamW's moments are sharded like the adapters and must come back into the
     # right shards.
-    shutil.copytree(shared_folder(tmp_path_factory, "fsdp") / "job-5", tmp_path / "resumed")  # stopped after step 1
-    (resumed,) = launch(tiny_model_1layer, tmp_path / "resume", [job(tmp_path / "resumed", sgd=False)], 2, "fsdp")
+    shutil.copytree(shared_folder(tmp_path_factory, "two-processes") / "job-5", tmp_path / "resumed")
+    (resumed,) = launch(tiny_model_1layer, tmp_path / "resume", [job(tmp_path / "resumed", sgd=False)], 2)
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
     for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed, strict=True):
         for role, tensors in straight_weights[-1].items():

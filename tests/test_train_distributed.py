@@ -173,10 +173,26 @@ def shared_folder(tmp_path_factory, name: str) -> Path:
     return (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / f"distributed-{name}"
 
 
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    """The one-layer tiny model every launch trains: one folder for all pytest-xdist processes, as a
+    resumed run must name the model its first launch named."""
+    from filelock import FileLock  # a dependency of torch's, so here wherever this module runs
+
+    from ibrl_bench.models.tiny import build_tiny_model
+
+    folder = shared_folder(tmp_path_factory, "tiny")
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "done").is_file():
+            build_tiny_model(folder / "model", seed=0, num_hidden_layers=1)
+            (folder / "done").touch()
+    return folder / "model"
+
+
 def shared(base: Path, tmp_path_factory, name: str) -> list[list[tuple[dict, list]]]:
     """SHARED[name]'s results: the first test that asks launches it, the others (in any pytest-xdist
     process: they share the parent of their temporary folders) wait for it and read what it wrote."""
-    from filelock import FileLock  # a dependency of torch's, so here wherever this module runs
+    from filelock import FileLock
 
     folder = shared_folder(tmp_path_factory, name)
     processes, kwargs = SHARED[name]
@@ -210,8 +226,8 @@ def assert_close_weights(got, want):
 # before it left the suite to keep it under 10 minutes).
 @pytest.mark.parametrize("mode,lora,index", [("fsdp", True, 0), ("fsdp", False, 1), ("ddp", True, 6)],
                          ids=["fsdp-ibrl-two-adapters", "fsdp-ibrl-two-models", "ddp-ibrl-two-adapters"])
-def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tmp_path_factory, mode, lora, index):
-    ranks = shared(tiny_model_1layer, tmp_path_factory, "two-processes")[index]
+def test_two_processes_train_and_log_what_one_process_does(base_model, tmp_path_factory, mode, lora, index):
+    ranks = shared(base_model, tmp_path_factory, "two-processes")[index]
     (first, first_weights), (second, second_weights) = ranks
     assert first["sharded"] == (mode == "fsdp") and second["sharded"] == (mode == "fsdp")
     # Whole groups per process: the two processes played different halves of every step.
@@ -222,7 +238,7 @@ def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tm
         for role in step_a:
             assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role], strict=True))
     assert first["metrics"] == second["metrics"]
-    ((one, one_weights),) = shared(tiny_model_1layer, tmp_path_factory, "one-process")[0 if lora else 1]
+    ((one, one_weights),) = shared(base_model, tmp_path_factory, "one-process")[0 if lora else 1]
     assert [sorted(a + b) for a, b in zip(first["scenarios"], second["scenarios"], strict=True)] == one["scenarios"]
     assert_close_metrics(first["metrics"], one["metrics"])
     assert_close_weights(first_weights, one_weights)
@@ -237,11 +253,11 @@ def test_two_processes_train_and_log_what_one_process_does(tiny_model_1layer, tm
 
 
 @pytest.mark.parametrize("mode", ["fsdp"])  # DDP pads by the same code (ibrl.update_role); one launch less
-def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_model_1layer, tmp_path_factory, mode):
+def test_processes_with_different_numbers_of_micro_batches_stay_in_step(base_model, tmp_path_factory, mode):
     """Rank 1 trains on fewer moves than rank 0 (one micro-batch against two): it runs an empty
     one, so both make the same collective calls (FSDP gathers in every forward, DDP broadcasts
     buffers in every forward) and nobody waits forever."""
-    (first, first_weights), (second, second_weights) = shared(tiny_model_1layer, tmp_path_factory, "two-processes")[2]
+    (first, first_weights), (second, second_weights) = shared(base_model, tmp_path_factory, "two-processes")[2]
     for step_a, step_b in zip(first_weights, second_weights, strict=True):
         for role in step_a:
             assert all(torch.equal(p, q) for p, q in zip(step_a[role], step_b[role], strict=True))
@@ -249,9 +265,9 @@ def test_processes_with_different_numbers_of_micro_batches_stay_in_step(tiny_mod
     assert all(m["tokens"] > 0 for m in first["metrics"])
 
 
-def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(tiny_model_1layer, tmp_path,
+def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays(base_model, tmp_path,
                                                                                 tmp_path_factory):
-    ((first, weights), second), ((other, other_weights), _) = shared(tiny_model_1layer, tmp_path_factory,
+    ((first, weights), second), ((other, other_weights), _) = shared(base_model, tmp_path_factory,
                                                                       "two-processes")[3:5]
     # One step: b's rewards changed b's update and left a's bit for bit as it was. (After that,
     # rollouts are played by a different b, so a's data differ: the check is on the first step.)
@@ -278,7 +294,7 @@ def test_fsdp_keeps_the_roles_isolated_resumes_and_saves_a_checkpoint_that_plays
     # both processes. AdamW's moments are sharded like the adapters and must come back into the
     # right shards.
     shutil.copytree(shared_folder(tmp_path_factory, "two-processes") / "job-5", tmp_path / "resumed")
-    (resumed,) = launch(tiny_model_1layer, tmp_path / "resume", [job(tmp_path / "resumed", sgd=False)], 2)
+    (resumed,) = launch(base_model, tmp_path / "resume", [job(tmp_path / "resumed", sgd=False)], 2)
     assert len(resumed[0][1]) == 1  # the second launch trained step 2 only
     for straight_weights, (_, resumed_weights) in zip([weights, second[1]], resumed, strict=True):
         for role, tensors in straight_weights[-1].items():

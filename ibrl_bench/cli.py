@@ -303,15 +303,15 @@ def episodes(run, policy, counterpart, role, status, scenario, seed, key, limit)
     found = r.select(policy=policy, counterpart=counterpart, role=role, status=status, scenario=scenario,
                      seed=seed, key=key)
     if not found:
-        raise UserError(f"no episode of {run} matches these filters; {len(r.summaries)} episodes are recorded")
+        raise UserError(f"no episode of {run} matches these filters; {len(r.table)} episodes are recorded")
     if len(found) > 1 and key is None:
-        console.print(episodes_table(found, r.manifest.domain, limit))
+        console.print(episodes_table(r.transcribed(found[:limit]), r.manifest.domain, limit))
         more = f"; the first {limit} shown (--limit)" if len(found) > limit else ""
         console.print(f"{len(found)} episodes match{more}. One of them turn by turn: --show KEY", highlight=False)
         return
     if len(found) > 1:
         raise UserError(f"--show {key} matches {len(found)} episodes; give more of the key")
-    record = r.transcribed([found[0].key])[0]
+    record = r.transcribed(found[:1])[0]
     game = get_domain(r.manifest.domain)
     try:
         scenario_obj = r.scenarios.get(record.scenario_id)

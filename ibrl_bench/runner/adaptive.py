@@ -105,7 +105,7 @@ def stop_reason(width: float, n: int, cap: int, target: float) -> str | None:
 async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveReport:
     """Play `runner` (a Crossplay whose config sets target_halfwidth) round by round."""
     from ibrl_bench.runner.crossplay import RunAborted
-    from ibrl_bench.stats.matrix import episodes_frame
+    from ibrl_bench.stats.matrix import episodes_table, frame_of
 
     config = runner.config
     metric = config.target_metric or DEFAULT_METRIC
@@ -129,10 +129,9 @@ async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveR
                 if runner.budget is None or runner.budget.refused == 0:
                     raise
                 stopped_by = e
-            latest = runner.store.latest()
+            latest = {row["key"]: row for row in runner.store.episodes()}
             for cell in list(open_cells):
-                records = [latest[j.key] for j in ordered[cell][:n] if j.key in latest]
-                frame = episodes_frame(records)
+                frame = frame_of(episodes_table([latest[j.key] for j in ordered[cell][:n] if j.key in latest]))
                 if metric not in metric_names(frame):
                     raise UserError(f"--target-metric {metric} is not a metric of this run; "
                                     f"choose one of {', '.join(metric_names(frame))}")
@@ -141,7 +140,7 @@ async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveR
                                                                               config.target_halfwidth)
                 if reason:
                     stops[cell] = CellStop(policy=cell[0], counterpart=cell[1], policy_role=cell[2],
-                                           planned=n, episodes=len(records), looks=r + 1, reason=reason, interval=iv)
+                                           planned=n, episodes=len(frame), looks=r + 1, reason=reason, interval=iv)
                     open_cells.remove(cell)
             if stopped_by is not None or not open_cells:
                 break

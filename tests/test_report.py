@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ibrl_bench.cli import main
-from ibrl_bench.report.html import ReportOptions, write_report
+from ibrl_bench.report.html import ReportOptions, build_report, write_report
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 from ibrl_bench.runs import Run, load_run
 
@@ -180,6 +180,20 @@ def report(run_folder) -> Path:
         train_counterpart=COUNTERPARTS[0], policies=POLICIES[:2], reference=POLICIES[2]))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     return html_path
+
+
+def test_the_report_reads_the_same_with_and_without_the_summaries_sidecar(report, run_folder, tmp_path):
+    # The folder's sidecar lacks the record the fixture appended by hand; without it every row comes from the log.
+    sidecar = run_folder / "summaries.jsonl"
+    assert len(sidecar.read_bytes().splitlines()) == len((run_folder / "episodes.jsonl").read_bytes().splitlines()) - 1
+    moved = sidecar.rename(tmp_path / "summaries.jsonl")
+    try:
+        without = build_report(Run(run_folder), ReportOptions(
+            train_counterpart=COUNTERPARTS[0], policies=POLICIES[:2], reference=POLICIES[2]))
+    finally:
+        moved.rename(sidecar)
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT[\d:]+\+00:00")
+    assert stamp.sub("", report.read_text()) == stamp.sub("", without)
 
 
 def test_report_is_self_contained_and_complete(report):

@@ -244,3 +244,32 @@ def test_the_episode_rows_lead_back_to_the_newest_records(tmp_path):
     assert rows[2]["turns"] == 99
     for row, record in zip(rows, records, strict=True):
         assert {**row, "at": None} == {**episode_row(record), "at": None}
+
+
+def test_the_summaries_sidecar_is_used_only_where_the_log_confirms_it(tmp_path):
+    runner, _ = run(tmp_path, counterparts=[CONCEDER, HARDLINER])
+    store = runner.store
+    sidecar = store.summaries_path.read_bytes()
+    fresh = [{**row, "at": None} for row in store.episodes()]
+    assert len(sidecar.splitlines()) == len(fresh) == 24
+
+    # An edit that keeps every line's length: only the CRC can tell the sidecar is stale.
+    log = store.episodes_path.read_bytes()
+    first = json.loads(log.splitlines()[0])
+    before = first["outcome"]["rewards"][first["policy_role"]]
+    after = before + 1 if len(repr(before + 1)) == len(repr(before)) else before - 1
+    role = first["policy_role"].encode()
+    edited = log.replace(b'"%s":%r' % (role, before), b'"%s":%r' % (role, after), 1)
+    assert len(edited) == len(log) and edited != log
+    store.episodes_path.write_bytes(edited)
+    assert store.episodes()[0]["policy_score"] != before  # read from the log, not the stale sidecar
+    store.episodes_path.write_bytes(log)
+
+    # A torn last entry, a sidecar cut in the middle, an unreadable entry: the same rows, the rest from the log.
+    for broken in (sidecar[:-5], sidecar[: len(sidecar) // 2], sidecar.replace(b'{"key"', b'{"kex"', 1), b"junk\n"):
+        store.summaries_path.write_bytes(broken)
+        assert [{**row, "at": None} for row in store.episodes()] == fresh
+    # The writer repairs it when it opens the run (a resume), byte for byte what the run wrote.
+    store.open(store.read_manifest())
+    store.close()
+    assert store.summaries_path.read_bytes() == sidecar

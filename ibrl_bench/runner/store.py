@@ -342,7 +342,7 @@ class RunStore:
                     break
         end, kept = 0, 0
         for e in entries:
-            if not (isinstance(e, dict) and isinstance(e.get("log"), list) and len(e["log"]) == 3
+            if not (isinstance(e, dict) and ENTRY_KEYS <= e.keys() and isinstance(e["log"], list) and len(e["log"]) == 3
                     and end <= e["log"][0] < e["log"][1] <= size):
                 break
             end, kept = e["log"][1], kept + 1
@@ -447,6 +447,12 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(scrub(text))
     os.replace(tmp, path)
+
+
+# What every sidecar entry holds (besides the domain's metrics).
+ENTRY_KEYS = frozenset(["key", "policy", "counterpart", "policy_role", "scenario_id", "seed", "status", "agreement",
+                        "success", "policy_score", "counterpart_score", "policy_violated", "turns", "attempts",
+                        "detail", "usage", "retries", "log"])
 
 
 def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, Any]:

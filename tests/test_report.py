@@ -12,12 +12,14 @@ deliberate error proves that this detection fires.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -207,9 +209,11 @@ def test_report_is_self_contained_and_complete(report):
         assert section in text, section
     for fragment in ("difference-in-differences", "Nash averaging", "interquartile mean", "pass@2", "linprog"):
         assert fragment in text, fragment
-    # The hostile transcript is data inside the JSON block, with "<" escaped: it cannot end the script.
-    assert HOSTILE not in text and "\\u003c/script>" in text
-    assert text.count("</script>") == 3  # the error recorder, the data block and the app
+    # The hostile transcript is data inside the JSON block (its turns deflated, in base64): it cannot end the script.
+    assert HOSTILE not in text and text.count("</script>") == 3  # the error recorder, the data block and the app
+    data = json.loads(text.split('id="episodes-data">', 1)[1].split("</script>", 1)[0])
+    turns = json.loads(zlib.decompress(base64.b64decode(data["turns"])))
+    assert len(turns) == len(data["episodes"]) and any(t[2] == HOSTILE for episode in turns for t in episode)
 
 
 def chromium_binary() -> str | None:

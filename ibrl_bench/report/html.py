@@ -13,9 +13,11 @@ that the page works.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
+import zlib
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
@@ -513,7 +515,7 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
             depth += 1
         positions = sorted(kept, key=rank.__getitem__)
     order = page.run.transcribed([keys[i] for i in positions])
-    eps = []
+    eps, turns = [], []
     for r in order:
         o = r.outcome
         other = next((role for role in r.agents if role != r.policy_role), None)
@@ -521,10 +523,10 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
             "k": r.key, "p": pol.get(r.policy, 0), "c": cpt.get(r.counterpart, 0), "r": r.policy_role,
             "s": r.scenario_id, "sd": r.seed, "st": o.status, "win": o.success, "ag": o.agreement,
             "ps": o.rewards.get(r.policy_role), "cs": o.rewards.get(other) if other else None,
-            "first": r.starter, "d": o.detail, "m": o.metrics, "err": r.errors,
-            "t": [[t.role, t.phase, t.text, t.public, t.violation,
-                   json.dumps(t.parsed, sort_keys=True) if t.parsed else None] for t in r.transcript],
+            "first": r.starter, "d": o.detail, "m": o.metrics, "err": r.errors, "n": len(r.transcript),
         })
+        turns.append([[t.role, t.phase, t.text, t.public, t.violation,
+                       json.dumps(t.parsed, sort_keys=True) if t.parsed else None] for t in r.transcript])
     payload = {
         "policies": [short(p) for p in page.policies], "counterparts": [short(c) for c in page.counterparts],
         "roles": page.roles, "statuses": sorted(set(t["status"])),
@@ -533,6 +535,11 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
         "digits": decimals((v for r in order for v in r.outcome.rewards.values()), whole=True),
     }
     payload["private"], payload["private_note"] = _private_views(page, order)
+    # The turns are most of the page (about 1 KB an episode) and only read when an episode is opened:
+    # deflated and in base64, the browser neither parses nor holds them until then, and the page
+    # opens in about the time of one without them.
+    packed = json.dumps(turns, separators=(",", ":"), allow_nan=False, default=_json_default).encode()
+    payload["turns"] = base64.b64encode(zlib.compress(packed, 6)).decode("ascii")
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)
     # Inside <script>, "</script" (or "<!--") in a transcript would end the element: escape "<".
     return text.replace("<", "\\u003c"), len(keys), len(eps)

@@ -322,7 +322,7 @@ class RunStore:
     def _confirmed(self) -> tuple[list[dict[str, Any]], int, int, int]:
         """The sidecar's entries that the log confirms, in file order, the sidecar bytes they take,
         and the log's bytes and lines they cover. An entry is confirmed when it lies within the log,
-        after the one before it, and the CRC-32 of the log up to the last entry's end is the one
+        starting where the one before it ended, and the CRC-32 of the log up to the last entry's end is the one
         recorded there: anything else (a torn or corrupt line, a log cut short, edited or replaced)
         leaves the sidecar unused from that point, and the log's lines are read instead."""
         try:
@@ -343,7 +343,7 @@ class RunStore:
         end, kept = 0, 0
         for e in entries:
             if not (isinstance(e, dict) and ENTRY_KEYS <= e.keys() and isinstance(e["log"], list) and len(e["log"]) == 3
-                    and end <= e["log"][0] < e["log"][1] <= size):
+                    and e["log"][0] == end < e["log"][1] <= size):
                 break
             end, kept = e["log"][1], kept + 1
         entries = entries[:kept]
@@ -462,7 +462,7 @@ def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, An
 
 
 def _entry_line(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    return (json.dumps(entry, separators=(",", ":")) + "\n").encode()
 
 
 def _newest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

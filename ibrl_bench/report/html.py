@@ -529,7 +529,7 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
                        json.dumps(t.parsed, sort_keys=True) if t.parsed else None] for t in r.transcript])
     payload = {
         "policies": [short(p) for p in page.policies], "counterparts": [short(c) for c in page.counterparts],
-        "roles": page.roles, "statuses": sorted(set(t["status"])),
+        "roles": page.roles, "statuses": sorted(t["status"].unique()),
         "episodes": eps, "total": len(keys),
         # Scores shown with the decimals their scale needs (TeleSales 0-1: 0.50, not 0.5).
         "digits": decimals((v for r in order for v in r.outcome.rewards.values()), whole=True),

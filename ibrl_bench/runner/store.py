@@ -325,6 +325,8 @@ class RunStore:
         starting where the one before it ended, and the CRC-32 of the log up to the last entry's end is the one
         recorded there: anything else (a torn or corrupt line, a log cut short, edited or replaced)
         leaves the sidecar unused from that point, and the log's lines are read instead."""
+        if not self.episodes_path.is_file():
+            return [], 0, 0, 0  # no log yet, or a damaged folder (`_lines` says what is wrong)
         try:
             data = self.summaries_path.read_bytes()
             size = self.episodes_path.stat().st_size
@@ -380,6 +382,8 @@ class RunStore:
     def _open_summaries(self) -> list[dict[str, Any]]:
         """Bring the sidecar in step with the log (cut what the log does not confirm, add what it
         lacks), open it for appending, and return `episodes()`."""
+        if self.summaries_path.exists() and not self.summaries_path.is_file():
+            raise UserError(f"{self.summaries_path} is not a file; move it away (it is rebuilt from the run log)")
         entries, used, fresh, self._end, self._crc = self._summaries()
         with open(self.summaries_path, "ab") as f:
             f.truncate(used)

@@ -98,9 +98,7 @@ class Run:
 
     def unfinished(self) -> str | None:
         """A line saying how much of the run is missing, or None when every planned episode is scored."""
-        from ibrl_bench.runner.crossplay import planned_episodes
-
-        planned = planned_episodes(self.manifest.identity)
+        planned = self.n_planned
         scored = int((self.table["status"] != "error").sum())
         if scored >= planned:
             return None
@@ -111,14 +109,20 @@ class Run:
     def results(self):
         """The cell results: results.json when it covers every episode in the log, else recomputed
         (in memory) from the episodes, as for a run that was killed before writing it."""
-        from ibrl_bench.runner.crossplay import planned_episodes
         from ibrl_bench.stats.matrix import summarize
 
         saved = self.saved_results()
         if saved is not None:
             return saved
         return summarize(self.table, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=planned_episodes(self.manifest.identity), identity=self.manifest.identity)
+                         n_planned=self.n_planned, identity=self.manifest.identity)
+
+    @property
+    def n_planned(self) -> int:
+        """The episodes the run's command planned (an adaptive run's: where its cells stopped)."""
+        from ibrl_bench.runner.adaptive import planned_in
+
+        return planned_in(self.folder, self.manifest.identity, self.manifest.config.get("target_halfwidth") is not None)
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:
@@ -258,11 +262,10 @@ class CombinedRun(Run):
 
     @cached_property
     def results(self):
-        from ibrl_bench.runner.crossplay import planned_episodes
         from ibrl_bench.stats.matrix import summarize
 
         return summarize(self.table, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=sum(planned_episodes(run.manifest.identity) for run in self.parts),
+                         n_planned=sum(run.n_planned for run in self.parts),
                          identity=self.manifest.identity)
 
 

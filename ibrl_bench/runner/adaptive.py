@@ -182,10 +182,19 @@ async def play_matrix(runner, on_progress: Callable | None = None) -> None:
 
 
 def planned(runner) -> tuple[int, AdaptiveReport | None]:
-    """The episodes the command planned (an adaptive run's: the sizes its cells stopped at), and
-    the adaptive report where there is one."""
+    """The episodes the command planned (see `planned_in`), and the adaptive report where there is one."""
     report = read_report(runner.store.folder) if runner.config.target_halfwidth is not None else None
-    return (sum(c.planned for c in report.cells) if report else runner.total()), report
+    return planned_in(runner.store.folder, runner.manifest().identity, report is not None), report
+
+
+def planned_in(folder, identity: dict, adaptive: bool) -> int:
+    """The episodes a run folder's command planned: for an adaptive run that finished, the sizes
+    its cells stopped at (adaptive.json); otherwise the whole matrix of `identity`. The one count
+    that `show`, the analyses and the report call a run finished against."""
+    from ibrl_bench.runner.crossplay import planned_episodes
+
+    report = read_report(folder) if adaptive else None
+    return sum(c.planned for c in report.cells) if report is not None else planned_episodes(identity)
 
 
 def read_report(folder) -> AdaptiveReport | None:

@@ -83,6 +83,11 @@ def learning_gates(out: Path, config: Any) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"run": label, "role": role, "window": window, "first": sum(first) / len(first),
                                  "last": sum(last) / len(last), "n_first": len(first), "n_last": len(last)}
         entry["difference"] = entry["last"] - entry["first"]
+        # The share of groups whose rewards differ (the only ones with an advantage), per window;
+        # None in logs written before the trainer logged it.
+        for key, part in (("signal_first", records[:window]), ("signal_last", records[-window:])):
+            shares = [r["signal_groups"][role] for r in part if "signal_groups" in r]
+            entry[key] = sum(shares) / len(shares) if shares else None
         low = high = None
         if len(first) >= 2 and len(last) >= 2 and len(set(first + last)) > 1:
             ci = stats.ttest_ind(last, first, equal_var=False).confidence_interval(0.95)
@@ -151,13 +156,17 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
     rl_temperature = config.rl_temperature or config.temperature
     lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
               f"Rollouts (both roles, and the frozen SFT partner) at temperature {rl_temperature:g}.", "",
-              "| run | role | first | last | last - first [95% CI] | learned |", "|---|---|---|---|---|---|"]
+              "| run | role | first | last | last - first [95% CI] | learned | groups with signal, first -> last |",
+              "|---|---|---|---|---|---|---|"]
     for e in gates:
         ci = "n/a" if e["low"] is None else f"{e['difference']:+.2f} [{e['low']:+.2f}, {e['high']:+.2f}]"
+        signal = ("n/a" if e.get("signal_first") is None
+                  else f"{e['signal_first']:.0%} -> {e['signal_last']:.0%}")
         lines.append(f"| {e['run']} | {e['role']} | {e['first']:.2f} | {e['last']:.2f} | {ci} | "
-                     f"{'yes' if e['learned'] else '**did not learn**'} |")
+                     f"{'yes' if e['learned'] else '**did not learn**'} | {signal} |")
     method, window = (gates[0]["method"], gates[0]["window"]) if gates else ("", "")
-    lines += ["", f"Interval: {method}; window {window} steps.",
+    lines += ["", f"Interval: {method}; window {window} steps. Groups with signal: the share of a step's "
+              "groups whose rewards are not all equal (the others have no advantage), mean over the window.",
               "", f"![learning curves]({curves_path.name})", "",
               f"## Cross-play (test split, role {role}, temperature {config.temperature:g})", "",
               "Own score (0-10) and agreement; held-out = mean over the held-out panel per game; intervals: "

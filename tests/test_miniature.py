@@ -100,3 +100,16 @@ def test_a_bad_miniature_recipe_is_one_line(ibrl, tmp_path):
     assert_one_line_error(ibrl("miniature", "--recipe", str(recipe)), "unknown key rl_steps")
     shipped = Path(__file__).parent.parent / "training" / "miniature" / "miniature.yaml"
     assert_one_line_error(ibrl("miniature", "--recipe", str(shipped), "gate.min_paying=2"), "gate.min_paying")
+
+
+def test_the_frozen_sft_partner_samples_at_partner_temperature_else_at_the_rl_temperature():
+    state = {"sft": {"checkpoint": "/ckpt"}}
+    base = miniature.MiniatureConfig(out="unused", temperature=0.3)
+    assert "temperature=0.3&" in miniature.sft_partner(base, state)
+    hotter = base.model_copy(update={"rl_temperature": 1.0})
+    assert "temperature=1&" in miniature.sft_partner(hotter, state)
+    calm = base.model_copy(update={"rl_temperature": 1.0, "partner_temperature": 0.3})
+    assert "temperature=0.3&" in miniature.sft_partner(calm, state)
+    assert miniature.rl_temperature(calm) == 1.0  # the trained role still explores
+    with pytest.raises(ValueError):
+        miniature.MiniatureConfig(out="unused", partner_temperature=0)

@@ -59,7 +59,8 @@ STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-bo
 # when these are unchanged (so a new RL setting does not rebuild the transcripts and the SFT model).
 READS = {"transcripts": ["negotiators", "transcript_scenarios", "max_turns", "heldout"],
          "sft": ["sft", "prompt", "max_new_tokens", "max_length", "seed"], "gate": ["gate", "temperature"],
-         "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role"], "unilateral-boulware": [],
+         "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role", "partner_temperature"],
+         "unilateral-boulware": [],
          "crossplay": ["eval_scenarios"], "mismatch": [], "report": ["learning_window"]}
 BOULWARE = "scripted:dealnodeal/boulware?terse=true"
 HELDOUT = ["scripted:dealnodeal/conceder?terse=true", "scripted:dealnodeal/hardliner?terse=true",
@@ -92,6 +93,9 @@ class MiniatureConfig(BaseModel):
     # The RL rollouts' own temperature (both roles and the frozen SFT partner), so that the groups
     # explore while the gate and the evaluation play as the model is meant to; None: `temperature`.
     rl_temperature: float | None = Field(None, gt=0)
+    # The frozen SFT partner's own temperature in unilateral vs SFT's rollouts, so that the trained
+    # role explores against the partner as it is evaluated; None: the rollouts' (`rl_temperature`).
+    partner_temperature: float | None = Field(None, gt=0)
     sft: dict[str, Any] = Field(default_factory=dict)
     gate: GateOptions = Field(default_factory=GateOptions)
     rl: dict[str, Any] = Field(default_factory=dict)
@@ -250,6 +254,13 @@ def rl_temperature(config: MiniatureConfig) -> float:
     return config.rl_temperature or config.temperature
 
 
+def sft_partner(config: MiniatureConfig, state: dict[str, Any]) -> str:
+    """The frozen SFT copy as unilateral vs SFT's training partner: at `partner_temperature` if set,
+    else as IB-RL's partner samples in training (the RL temperature). Cross-play plays it at the
+    evaluation temperature."""
+    return model_spec(state["sft"]["checkpoint"], config, config.partner_temperature or rl_temperature(config))
+
+
 def _rl_fields(config: MiniatureConfig, state: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"kl_coef": 0.04, "lr": 1e-4, "micro_batch_size": 32, "rollout_batch_size": 64, **config.rl,
             "model": {"model": f"hf:{state['sft']['checkpoint']}", "device": "cpu"}, "domain": DOMAIN,
@@ -273,10 +284,7 @@ def _unilateral(counterpart: str) -> Callable[[MiniatureConfig, Path, dict[str, 
         from ibrl_bench.train import unilateral as trainer
         from ibrl_bench.train.steplog import StepLog
 
-        # The frozen SFT partner samples as IB-RL's partner does in training (the RL temperature);
-        # cross-play then plays every policy against it at the evaluation temperature.
-        partner = (model_spec(state["sft"]["checkpoint"], config, rl_temperature(config)) if counterpart == "sft"
-                   else counterpart)
+        partner = sft_partner(config, state) if counterpart == "sft" else counterpart
         rl = trainer.UnilateralConfig(**_rl_fields(config, state, folder), role=config.unilateral_role,
                                       counterpart=partner)
         with StepLog(folder, rl.steps, "unilateral", quiet=True) as log:

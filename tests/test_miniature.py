@@ -57,6 +57,7 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
         assert v["low"] is None or v["low"] <= v["estimate"] <= v["high"]
     report = (out / "report.md").read_text()
     assert "Learning gate" in report and "groups with signal" in report
+    assert "Paired check" in report and "| unilateral vs boulware | 2 |" in report
     assert "curves.png" in report and (out / "curves.png").stat().st_size > 1000
     # A repeated command reuses every finished stage.
     again = miniature.run(config)
@@ -113,3 +114,28 @@ def test_the_frozen_sft_partner_samples_at_partner_temperature_else_at_the_rl_te
     assert miniature.rl_temperature(calm) == 1.0  # the trained role still explores
     with pytest.raises(ValueError):
         miniature.MiniatureConfig(out="unused", partner_temperature=0)
+
+
+def test_the_paired_check_pairs_each_method_with_the_sft_reference_on_the_same_scenarios():
+    import pandas as pd
+
+    from ibrl_bench.train.miniature_report import paired_gains
+
+    methods = {"SFT reference": {"policy": "sft", "train_counterpart": "sft"},
+               "IB-RL": {"policy": "ib-a", "train_counterpart": "ib-b"}}
+    rows = []
+    for k, scenario in enumerate(["s1", "s2", "s3", "s4"]):
+        # The SFT start scores differently per scenario; IB-RL scores 1 more on each one, against
+        # its partner: a pairing by scenario finds +1 exactly, an unpaired mean of other cells would not.
+        rows += [{"policy": "sft", "counterpart": "ib-b", "scenario_id": scenario, "policy_score": 2.0 * k,
+                  "status": "ok"},
+                 {"policy": "ib-a", "counterpart": "ib-b", "scenario_id": scenario,
+                  "policy_score": 2.0 * k + 1 + k % 2 * 0.2, "status": "ok"},
+                 {"policy": "ib-a", "counterpart": "other", "scenario_id": scenario, "policy_score": 9.0,
+                  "status": "ok"},
+                 {"policy": "sft", "counterpart": "ib-b", "scenario_id": scenario, "policy_score": 50.0,
+                  "status": "error"}]
+    (row,) = paired_gains(pd.DataFrame(rows), methods)
+    assert row["method"] == "IB-RL" and row["scenarios"] == 4
+    assert row["estimate"] == pytest.approx(1.1)
+    assert row["low"] < 1.1 < row["high"] and row["high"] - row["low"] < 0.5

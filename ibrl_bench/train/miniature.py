@@ -363,9 +363,12 @@ def report(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict
     gates = miniature_report.learning_gates(out, config)
     table = miniature_report.table(state["crossplay"]["run"], state["crossplay"]["methods"], config)
     mismatch_data = json.loads(Path(state["mismatch"]["file"]).read_text())
-    text = miniature_report.markdown(state, gates, table, mismatch_data, curves, config)
+    from ibrl_bench.runs import load_run
+
+    paired = miniature_report.paired_gains(load_run(state["crossplay"]["run"]).episodes, state["crossplay"]["methods"])
+    text = miniature_report.markdown(state, gates, table, mismatch_data, curves, config, paired)
     (out / "report.md").write_text(text)
-    return {"report": str(out / "report.md"), "curves": str(curves), "learning": gates}
+    return {"report": str(out / "report.md"), "curves": str(curves), "learning": gates, "paired": paired}
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[MiniatureConfig, Path, dict[str, Any]], dict[str, Any]]] = {

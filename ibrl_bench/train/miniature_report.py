@@ -123,6 +123,34 @@ def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dic
     return rows
 
 
+def paired_gains(episodes: Any, methods: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """A check beside the learning gate, on the cross-play's test games: per trained method, its
+    own score against its training partner minus the SFT reference's against that same partner,
+    paired by scenario (each scenario's mean over its games), with a paired t interval. The gate
+    compares different scenarios at the two ends of training; here both policies meet the same ones."""
+    import numpy as np
+    from scipy import stats
+
+    episodes = episodes[episodes["status"] != "error"]
+    reference = methods["SFT reference"]["policy"]
+    rows = []
+    for name, m in methods.items():
+        if name == "SFT reference":
+            continue
+        cells = episodes[episodes["counterpart"] == m["train_counterpart"]]
+        per = {policy: cells[cells["policy"] == policy].groupby(cells["scenario_id"].astype(str))["policy_score"].mean()
+               for policy in (m["policy"], reference)}
+        both = per[m["policy"]].index.intersection(per[reference].index)
+        diff = (per[m["policy"]][both] - per[reference][both]).to_numpy(dtype=float)
+        row: dict[str, Any] = {"method": name, "scenarios": len(both),
+                               "estimate": float(diff.mean()) if len(diff) else None, "low": None, "high": None}
+        if len(diff) >= 2 and float(np.std(diff)) > 0:
+            ci = stats.ttest_rel(per[m["policy"]][both], per[reference][both]).confidence_interval(0.95)
+            row.update(low=float(ci.low), high=float(ci.high))
+        rows.append(row)
+    return rows
+
+
 def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
     if not x or x.get("estimate") is None:
         return "n/a"
@@ -143,7 +171,8 @@ def gate_table(gate: dict[str, Any]) -> list[str]:
 
 
 def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict[str, Any]],
-             mismatch: dict[str, Any], curves_path: Path, config: Any) -> str:
+             mismatch: dict[str, Any], curves_path: Path, config: Any,
+             paired: list[dict[str, Any]] | None = None) -> str:
     g = state["gate"]
     learned = {(e["run"], e["role"]): e["learned"] for e in gates}
     role = config.unilateral_role
@@ -180,6 +209,14 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
         status = "reference" if key is None else ("yes" if learned.get(key) else "no")
         lines.append(f"| {r['method']} | {status} | {_iv(r['heldout_score'])} | {_iv(r['train_score'])} | "
                      f"{_iv(r['heldout_agreement'], '{:.0%}')} | {_iv(r['heldout_invalid'], '{:.0%}')} |")
+    paired = paired or []
+    lines += ["", "### Paired check beside the learning gate", "",
+              "Own score against the method's training partner minus the SFT reference's against that same "
+              "partner, on the same test scenarios (each scenario's mean over its games; paired t, 95%). The "
+              "learning gate above decides what is claimed; this measures the same question on shared games.", "",
+              "| method | scenarios | gain over the SFT start vs the training partner [95% CI] |", "|---|---|---|"]
+    for p in paired:
+        lines.append(f"| {p['method']} | {p['scenarios']} | {_iv(p)} |")
     lines += ["", "## Mismatch against the SFT reference (own score)", "",
               "gap = score vs own training partner - mean vs held-out panel; DiD = gap minus the SFT reference's gap "
               "on the same partners (positive: gained more against its own partner than against the panel).", "",

@@ -44,6 +44,9 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
         lines = (out / folder / "train_log.jsonl").read_text().splitlines()
         first = json.loads(lines[0])
         assert len(lines) == 2 and "reward_groups" in first and 0 <= min(first["signal_groups"].values()) <= 1
+    # Every checkpoint declares the context the trainers cut to, so cross-play cuts to it as well.
+    for folder in ("sft/checkpoint", "ibrl/checkpoint-a", "unilateral-boulware/checkpoint-a"):
+        assert json.loads((out / folder / "config.json").read_text())["max_position_embeddings"] == 160, folder
     episodes = (out / "crossplay/run/episodes.jsonl").read_text().splitlines()
     # 4 policies x (3 held-out + SFT copy + boulware + IB-RL's other role) x 2 scenarios, in role a
     assert len(episodes) == 4 * 6 * 2

@@ -187,6 +187,18 @@ def test_dry_run_writes_nothing_and_pilot_needs_it(tmp_path):
     assert not out.exists()
 
 
+
+def test_a_dry_run_prices_keyed_seats_without_their_keys_and_a_real_run_still_asks(ibrl, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    seat = ["crossplay", "--policy", CONCEDER, "--counterpart", "card:gpt-4.1-mini", "--scenarios", "2",
+            "--out", str(tmp_path / "run")]
+    planned = ibrl(*seat, "--dry-run", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert "card:gpt-4.1-mini" in planned.stdout and "estimated cost $" in planned.stdout
+    refused = ibrl(*seat, "--quiet", cwd=tmp_path)  # the key is checked before any episode
+    assert refused.returncode == 2 and "needs a key in $OPENAI_API_KEY" in refused.stderr
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()
+
 def test_a_local_checkpoint_written_again_in_place_is_another_seat(tmp_path):
     import os
 

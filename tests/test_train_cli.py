@@ -57,6 +57,16 @@ def test_a_bad_recipe_or_override_is_one_line(ibrl, tmp_path, args, fragments):
     assert_one_line_error(ibrl(*args, cwd=tmp_path), *fragments)
 
 
+@pytest.mark.parametrize("missing", ["torch", "accelerate"])
+@pytest.mark.parametrize("args", [["train", "sft", "--recipe", str(ROOT / "training/dealnodeal-tiny-sft.yaml")],
+                                  ["miniature", "--recipe", str(ROOT / "training/miniature/miniature.yaml")]])
+def test_training_without_the_train_extra_is_one_line_naming_it(ibrl, monkeypatch, tmp_path, args, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # what an environment without the package shows
+    result = ibrl(*args, f"out={tmp_path / 'out'}", cwd=tmp_path)
+    assert_one_line_error(result, f"training needs {missing}", "pip install 'ibrl-bench[train]'")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
 @pytest.mark.slow
 def test_sft_through_the_cli_prints_a_spec_and_a_crossplay_command_that_plays_it(ibrl, tmp_path):
     pytest.importorskip("torch", reason="trains a model (the [train] extra)")

@@ -4,6 +4,9 @@ Their spec parameters are `params.ChatParams`."""
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +17,20 @@ from ibrl_bench.domains.base import Domain, Observation
 from ibrl_bench.errors import UserError
 from ibrl_bench.secrets import key_from_env
 
+# A dry run builds the model seats to plan their calls and never calls them: it needs no key, and
+# a user pricing a run before getting one should not be asked for it.
+_NO_CALLS = ContextVar("no_calls", default=False)
+
+
+@contextmanager
+def seats_that_never_call() -> Iterator[None]:
+    """Seats built inside take a missing key for a placeholder; they must make no request."""
+    token = _NO_CALLS.set(True)
+    try:
+        yield
+    finally:
+        _NO_CALLS.reset(token)
+
 
 def resolve_key(key_env: str | None, spec_text: str) -> str:
     """The key in the variable named by a spec or card, registered for scrubbing; `none` (or no
@@ -21,6 +38,8 @@ def resolve_key(key_env: str | None, spec_text: str) -> str:
     if key_env is None or str(key_env).lower() == "none":
         return "none"
     key = key_from_env(str(key_env))
+    if not key and _NO_CALLS.get():
+        return "unset"
     if not key:
         raise UserError(f"{spec_text} needs a key in ${key_env}, which is not set; export it, "
                         "or pass key_env=none for a server without keys")

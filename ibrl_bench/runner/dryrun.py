@@ -250,6 +250,9 @@ def plan_table(plan: Plan, budget_usd: float | None = None):
 
 def dry_run_report(config, out: str | Path, pilot: str | Path | None = None):
     """`crossplay --dry-run`: the plan of this configuration and folder as a table and lines to print."""
+    from ibrl_bench.agents.remote_chat import seats_that_never_call
     from ibrl_bench.runner.crossplay import Crossplay
 
-    return plan_table(estimate(Crossplay(config, out), pilot), config.budget_usd)
+    with seats_that_never_call():
+        runner = Crossplay(config, out)
+    return plan_table(estimate(runner, pilot), config.budget_usd)

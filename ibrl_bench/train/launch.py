@@ -7,6 +7,7 @@ recipe and the log. Torch is imported by the trainers inside `run`, not here.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 from pathlib import Path
@@ -18,6 +19,17 @@ from pydantic import BaseModel
 from ibrl_bench.errors import UserError
 from ibrl_bench.train import resume
 from ibrl_bench.train.recipes import RECIPE_VERSION
+
+# What the trainers import (the [train] extra); torch first, since pip installs it separately.
+TRAINING_PACKAGES = ("torch", "transformers", "peft", "accelerate")
+
+
+def require_training_stack() -> None:
+    """One line naming what is missing, before a trainer's first import fails with a traceback."""
+    missing = [name for name in TRAINING_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"training needs {', '.join(missing)}, which this environment lacks; install them with "
+                        "pip install torch && pip install 'ibrl-bench[train]'")
 
 
 def main_process() -> bool:

@@ -102,10 +102,12 @@ def package(filename: str) -> str:
 
 def crossplay(url: str, concurrency: int, scenarios: int, run=asyncio.run, profile: bool = False) -> dict:
     spec = SPEC.format(model="fake", url=url)
-    config = CrossplayConfig(policies=[spec], counterparts=[SPEC.format(model="fake-2", url=url)],
-                             scenarios=scenarios, concurrency=concurrency)
     with tempfile.TemporaryDirectory() as folder:
-        runner = Crossplay(config, folder)
+        # A response cache of its own: with the user's, a game played before (the warm-up, the
+        # lower level, an earlier run of this benchmark) would replay its replies from the cache.
+        config = CrossplayConfig(policies=[spec], counterparts=[SPEC.format(model="fake-2", url=url)],
+                                 scenarios=scenarios, concurrency=concurrency, cache_dir=f"{folder}/cache")
+        runner = Crossplay(config, f"{folder}/run")
         prof = cProfile.Profile() if profile else None
         start = time.perf_counter()
         if prof:

@@ -48,10 +48,12 @@ SHAPES = {
 
 def measure(model: Path, batch_size: int, scenarios: int, max_new_tokens: int) -> dict:
     spec = f"hf:{model}?batch_size={batch_size}&max_new_tokens={max_new_tokens}&window_ms=5"
-    config = CrossplayConfig(policies=[spec], counterparts=[COUNTERPART], scenarios=scenarios, split="dev",
-                             concurrency=CONCURRENCY, retries=0)
     with tempfile.TemporaryDirectory() as folder:
-        runner = Crossplay(config, folder)
+        # A response cache of its own: with the user's, every batch size after the first would
+        # replay the same games' replies from the cache and generate nothing.
+        config = CrossplayConfig(policies=[spec], counterparts=[COUNTERPART], scenarios=scenarios, split="dev",
+                                 concurrency=CONCURRENCY, retries=0, cache_dir=f"{folder}/cache")
+        runner = Crossplay(config, f"{folder}/run")
         agent = runner.seats[spec].agent
         start, cpu_start = time.perf_counter(), time.process_time()
         progress = asyncio.run(runner.run())

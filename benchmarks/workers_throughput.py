@@ -41,7 +41,10 @@ def measure(config: CrossplayConfig, workers: int | None) -> dict:
     """One run of `config` in a fresh folder: wall and playing episodes/s, and rounds per episode."""
     plan = WorkerPlan(workers=workers) if workers else None
     with tempfile.TemporaryDirectory() as folder:
-        runner = Crossplay(config, folder, plan)
+        # A response cache of its own: with the user's, a repeat of the same games would replay
+        # every reply from the cache and time no model call.
+        config = config.model_copy(update={"cache_dir": f"{folder}/cache"})
+        runner = Crossplay(config, f"{folder}/run", plan)
         start, cpu = time.perf_counter(), time.process_time()
         progress = asyncio.run(runner.run())
         end, cpu = time.perf_counter(), time.process_time() - cpu

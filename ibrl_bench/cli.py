@@ -242,8 +242,9 @@ def show(run: str, fmt: str) -> None:
     from ibrl_bench.runs import Run
 
     r = Run(run)
-    if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
-        r.store.write_results(r.results)  # recomputed from the episodes
+    with err_console.status(f"reading {run}"):  # a run of 100,000 episodes takes seconds
+        if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
+            r.store.write_results(r.results)  # recomputed from the episodes
     if fmt != "table":
         from ibrl_bench.report.export import cell_table
 
@@ -300,18 +301,19 @@ def episodes(run, policy, counterpart, role, status, scenario, seed, key, limit)
     from ibrl_bench.runs import Run
 
     r = Run(run)
-    found = r.select(policy=policy, counterpart=counterpart, role=role, status=status, scenario=scenario,
-                     seed=seed, key=key)
+    with err_console.status(f"reading {run}"):  # a run of 100,000 episodes takes seconds
+        found = r.select(policy=policy, counterpart=counterpart, role=role, status=status, scenario=scenario,
+                         seed=seed, key=key)
     if not found:
-        raise UserError(f"no episode of {run} matches these filters; {len(r.summaries)} episodes are recorded")
+        raise UserError(f"no episode of {run} matches these filters; {len(r.table)} episodes are recorded")
     if len(found) > 1 and key is None:
-        console.print(episodes_table(found, r.manifest.domain, limit))
+        console.print(episodes_table(r.transcribed(found[:limit]), r.manifest.domain, limit))
         more = f"; the first {limit} shown (--limit)" if len(found) > limit else ""
         console.print(f"{len(found)} episodes match{more}. One of them turn by turn: --show KEY", highlight=False)
         return
     if len(found) > 1:
         raise UserError(f"--show {key} matches {len(found)} episodes; give more of the key")
-    record = r.transcribed([found[0].key])[0]
+    record = r.transcribed(found[:1])[0]
     game = get_domain(r.manifest.domain)
     try:
         scenario_obj = r.scenarios.get(record.scenario_id)
@@ -438,7 +440,8 @@ def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_c
     from ibrl_bench.runs import open_runs
 
     run = open_runs([paths] if isinstance(paths, str) else paths)
-    frame = run.frame
+    with err_console.status(f"reading {run.name}"):  # a run of 100,000 episodes takes seconds
+        frame = run.frame
     if frame.empty:
         raise UserError(f"{run.name} holds no finished episode yet; run crossplay first")
     for role in roles:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ibrl_bench.domains.base import Scenario
 from ibrl_bench.errors import UserError
-from ibrl_bench.runner.store import EpisodeRecord, EpisodeSummary, Manifest, RunStore
+from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore
 
 
 class RunFrames(NamedTuple):
@@ -41,29 +41,28 @@ class Run:
         self.short_name = self.folder.name
 
     @cached_property
-    def _index(self) -> dict[str, tuple[EpisodeSummary, int]]:
-        return self.store.index()
+    def table(self) -> pd.DataFrame:
+        """The newest row of every episode (`stats.matrix.episodes_table`: the frame's columns and
+        what the cell results add up), in the order episodes were first written."""
+        from ibrl_bench.stats.matrix import episodes_table
 
-    @cached_property
-    def summaries(self) -> list[EpisodeSummary]:
-        """The newest record of every episode without its transcript, in the order they were first
-        written: what the statistics read."""
-        return [s for s, _ in self._index.values()]
+        return episodes_table(self.store.episodes())
 
     @cached_property
     def records(self) -> list[EpisodeRecord]:
         """The newest record of every episode, transcripts included, in the order they were first written."""
-        return self.store.read_at([offset for _, offset in self._index.values()])
+        return self.store.read_at(self.table["at"].tolist())
 
     def transcribed(self, keys: list[str]) -> list[EpisodeRecord]:
         """The whole records of these episodes, in the order given; only their lines are parsed."""
-        return self.store.read_at([self._index[k][1] for k in keys])
+        at = dict(zip(self.table["key"].tolist(), self.table["at"].tolist(), strict=True))
+        return self.store.read_at([at[k] for k in keys])
 
     @cached_property
     def frame(self) -> pd.DataFrame:
-        from ibrl_bench.stats.matrix import episodes_frame
+        from ibrl_bench.stats.matrix import frame_of
 
-        return episodes_frame(self.summaries)
+        return frame_of(self.table)
 
     def saved_results(self):
         """results.json when it covers exactly the episodes in the log (the same cells, episodes
@@ -80,24 +79,27 @@ class Run:
         counted = {(c.policy, c.counterpart, c.policy_role): (c.n_episodes, c.n_errors) for c in saved.cells}
         logged: Counter = Counter()
         errors: Counter = Counter()
-        for r in self.summaries:
-            logged[(r.policy, r.counterpart, r.policy_role)] += 1
-            errors[(r.policy, r.counterpart, r.policy_role)] += r.outcome.status == "error"
+        for *cell, status in self._cells_and_status():
+            logged[tuple(cell)] += 1
+            errors[tuple(cell)] += status == "error"
         return saved if counted == {cell: (n, errors[cell]) for cell, n in logged.items()} else None
+
+    def _cells_and_status(self):
+        """(policy, counterpart, policy_role, status) of every episode."""
+        t = self.table
+        return zip(*(t[c].tolist() for c in ("policy", "counterpart", "policy_role", "status")), strict=True)
 
     def missing_cells(self) -> list[tuple[str, str, str]]:
         """The cells of the planned matrix that hold no scored (non-error) episode yet."""
         identity = self.manifest.identity
-        scored = {(r.policy, r.counterpart, r.policy_role) for r in self.summaries if r.outcome.status != "error"}
+        scored = {(p, c, role) for p, c, role, status in self._cells_and_status() if status != "error"}
         return [(p, c, role) for p in identity.get("policies", []) for c in identity.get("counterparts", [])
                 for role in identity.get("roles", []) if (p, c, role) not in scored]
 
     def unfinished(self) -> str | None:
         """A line saying how much of the run is missing, or None when every planned episode is scored."""
-        from ibrl_bench.runner.crossplay import planned_episodes
-
-        planned = planned_episodes(self.manifest.identity)
-        scored = sum(r.outcome.status != "error" for r in self.summaries)
+        planned = self.n_planned
+        scored = int((self.table["status"] != "error").sum())
         if scored >= planned:
             return None
         return (f"{self.folder} is unfinished: {scored} of {planned} planned episodes are scored; the numbers "
@@ -107,14 +109,20 @@ class Run:
     def results(self):
         """The cell results: results.json when it covers every episode in the log, else recomputed
         (in memory) from the episodes, as for a run that was killed before writing it."""
-        from ibrl_bench.runner.crossplay import planned_episodes
         from ibrl_bench.stats.matrix import summarize
 
         saved = self.saved_results()
         if saved is not None:
             return saved
-        return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=planned_episodes(self.manifest.identity), identity=self.manifest.identity)
+        return summarize(self.table, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+                         n_planned=self.n_planned, identity=self.manifest.identity)
+
+    @property
+    def n_planned(self) -> int:
+        """The episodes the run's command planned (an adaptive run's: where its cells stopped)."""
+        from ibrl_bench.runner.adaptive import planned_in
+
+        return planned_in(self.folder, self.manifest.identity, self.manifest.config.get("target_halfwidth") is not None)
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:
@@ -134,15 +142,20 @@ class Run:
 
     def select(self, *, policy: str | None = None, counterpart: str | None = None, role: str | None = None,
                status: str | None = None, scenario: str | None = None, seed: int | None = None,
-               key: str | None = None) -> list[EpisodeSummary]:
-        """The episodes that match every filter given (names may be short; `key` may be a prefix)."""
+               key: str | None = None) -> list[str]:
+        """The keys of the episodes that match every filter given (names may be short; `key` may be a
+        prefix), in the order they were first written."""
         policy = self.resolve(policy, "policy") if policy else None
         counterpart = self.resolve(counterpart, "counterpart") if counterpart else None
-        return [s for s in self.summaries
-                if (policy is None or s.policy == policy) and (counterpart is None or s.counterpart == counterpart)
-                and (role is None or s.policy_role == role) and (status is None or s.outcome.status == status)
-                and (scenario is None or s.scenario_id == scenario) and (seed is None or s.seed == seed)
-                and (key is None or s.key.startswith(key))]
+        t = self.table
+        keep = pd.Series(True, index=t.index)
+        for column, wanted in (("policy", policy), ("counterpart", counterpart), ("policy_role", role),
+                               ("status", status), ("scenario_id", scenario), ("seed", seed)):
+            if wanted is not None:
+                keep &= t[column] == wanted
+        if key is not None:
+            keep &= t["key"].str.startswith(key)
+        return t.loc[keep, "key"].tolist()
 
     @property
     def policies(self) -> list[str]:
@@ -210,23 +223,28 @@ class CombinedRun(Run):
         """Each episode's key -> the folder that holds it; an episode in two folders is refused."""
         owner: dict[str, Run] = {}
         for run in self.parts:
-            for s in run.summaries:
-                if s.key in owner:
+            for key in run.table["key"].tolist():
+                if key in owner:
+                    s = run.table.loc[run.table["key"] == key].iloc[0]
                     raise UserError(
-                        f"{owner[s.key].folder} and {run.folder} both hold the episode {s.policy} vs {s.counterpart} "
+                        f"{owner[key].folder} and {run.folder} both hold the episode {s.policy} vs {s.counterpart} "
                         f"(policy as {s.policy_role}), scenario {s.scenario_id}, seed {s.seed}; combine runs whose "
                         "cells differ, or grow one folder instead (crossplay --out with more seats)")
-                owner[s.key] = run
+                owner[key] = run
         return owner
 
     @cached_property
-    def summaries(self) -> list[EpisodeSummary]:
+    def table(self) -> pd.DataFrame:
+        """The parts' tables one after the other (`at` is an offset in the part's own log)."""
+        from ibrl_bench.stats.matrix import episodes_table
+
         owner = self._owner
-        return [s for run in self.parts for s in run.summaries if owner[s.key] is run]
+        return episodes_table([row for run in self.parts for row in run.table.to_dict("records")
+                               if owner[row["key"]] is run])
 
     @cached_property
     def records(self) -> list[EpisodeRecord]:
-        return self.transcribed([s.key for s in self.summaries])
+        return self.transcribed(self.table["key"].tolist())
 
     def transcribed(self, keys: list[str]) -> list[EpisodeRecord]:
         by_run: dict[int, list[str]] = {}
@@ -244,11 +262,10 @@ class CombinedRun(Run):
 
     @cached_property
     def results(self):
-        from ibrl_bench.runner.crossplay import planned_episodes
         from ibrl_bench.stats.matrix import summarize
 
-        return summarize(self.summaries, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
-                         n_planned=sum(planned_episodes(run.manifest.identity) for run in self.parts),
+        return summarize(self.table, domain=self.manifest.domain, scenario_set=self.manifest.scenario_set,
+                         n_planned=sum(run.n_planned for run in self.parts),
                          identity=self.manifest.identity)
 
 

@@ -55,3 +55,12 @@ def test_crossplay_prints_each_cells_stop_and_the_rule(tmp_path):
     assert result.exit_code == 0, result.output
     assert "reached H" in result.output and "fixed before the data" in result.output
     assert "unfinished" not in result.output  # the design's episodes are the plan, not the whole split
+    # Read back later, by every command, against the same plan: an adaptive run that stopped its
+    # cells is finished, also where results.json is gone and is recomputed from the episodes.
+    (out / "results.json").unlink()
+    for command in (["show", str(out)], ["episodes", str(out)], ["report", str(out)]):
+        again = CliRunner().invoke(cli, command)
+        assert again.exit_code == 0, again.output
+        assert "unfinished" not in again.output and "unfinished" not in (again.stderr or ""), command
+    stopped = json.loads((out / "adaptive.json").read_text())["cells"]
+    assert json.loads((out / "results.json").read_text())["n_planned"] == sum(c["planned"] for c in stopped) < 20

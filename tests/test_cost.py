@@ -16,7 +16,8 @@ from ibrl_bench.domains import get_domain
 from ibrl_bench.errors import UserError
 from ibrl_bench.runner.cache import request_key, seat_identity
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
-from ibrl_bench.stats.matrix import summarize
+from ibrl_bench.runner.store import episode_row
+from ibrl_bench.stats.matrix import episodes_table, summarize
 from ibrl_bench.testing.fake_openai import make_app, serve
 
 RANDOM = "scripted:dealnodeal/random"  # behind the endpoint: its moves depend on the draw
@@ -65,7 +66,8 @@ def test_a_rerun_against_the_cache_makes_no_request_costs_nothing_and_counts_its
     assert sum(u.saved_usd for u in after) == pytest.approx(sum(u.cost_usd for u in before))
     assert sum(u.calls for u in policy_usage(third)) == moves
     # Per cell, as results.json and cells.csv report it.
-    cells = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=16).cells
+    cells = summarize(episodes_table([episode_row(r) for r in b.values()]), domain="dealnodeal", scenario_set={},
+                      n_planned=16).cells
     assert sum(c.usage["policy"].cache_hits for c in cells) == moves
     assert all(c.usage["policy"].cost_usd == 0 and c.usage["policy"].calls == 0 for c in cells)
 

@@ -53,9 +53,11 @@ def test_openai_backend_plays_the_same_games_as_the_agent_behind_it(tmp_path):
     assert app.state.requests == sum(
         1 for r in b.values() for t in r.transcript if t.role == r.policy_role
     )
-    from ibrl_bench.stats.matrix import summarize
+    from ibrl_bench.runner.store import episode_row
+    from ibrl_bench.stats.matrix import episodes_table, summarize
 
-    results = summarize(b.values(), domain="dealnodeal", scenario_set={}, n_planned=12)
+    results = summarize(episodes_table([episode_row(r) for r in b.values()]), domain="dealnodeal", scenario_set={},
+                        n_planned=12)
     for cell in results.cells:
         expected = sum(r.usage[r.policy_role].prompt_tokens for r in b.values() if r.policy_role == cell.policy_role)
         assert cell.usage["policy"].prompt_tokens == expected > 0

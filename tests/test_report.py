@@ -12,18 +12,20 @@ deliberate error proves that this detection fires.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 
 from ibrl_bench.cli import main
-from ibrl_bench.report.html import ReportOptions, write_report
+from ibrl_bench.report.html import ReportOptions, build_report, write_report
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 from ibrl_bench.runs import Run, load_run
 
@@ -182,6 +184,20 @@ def report(run_folder) -> Path:
     return html_path
 
 
+def test_the_report_reads_the_same_with_and_without_the_summaries_sidecar(report, run_folder, tmp_path):
+    # The folder's sidecar lacks the record the fixture appended by hand; without it every row comes from the log.
+    sidecar = run_folder / "summaries.jsonl"
+    assert len(sidecar.read_bytes().splitlines()) == len((run_folder / "episodes.jsonl").read_bytes().splitlines()) - 1
+    moved = sidecar.rename(tmp_path / "summaries.jsonl")
+    try:
+        without = build_report(Run(run_folder), ReportOptions(
+            train_counterpart=COUNTERPARTS[0], policies=POLICIES[:2], reference=POLICIES[2]))
+    finally:
+        moved.rename(sidecar)
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT[\d:]+\+00:00")
+    assert stamp.sub("", report.read_text()) == stamp.sub("", without)
+
+
 def test_report_is_self_contained_and_complete(report):
     text = report.read_text()
     assert 'http-equiv="Content-Security-Policy"' in text and "default-src 'none'" in text
@@ -193,9 +209,11 @@ def test_report_is_self_contained_and_complete(report):
         assert section in text, section
     for fragment in ("difference-in-differences", "Nash averaging", "interquartile mean", "pass@2", "linprog"):
         assert fragment in text, fragment
-    # The hostile transcript is data inside the JSON block, with "<" escaped: it cannot end the script.
-    assert HOSTILE not in text and "\\u003c/script>" in text
-    assert text.count("</script>") == 3  # the error recorder, the data block and the app
+    # The hostile transcript is data inside the JSON block (its turns deflated, in base64): it cannot end the script.
+    assert HOSTILE not in text and text.count("</script>") == 3  # the error recorder, the data block and the app
+    data = json.loads(text.split('id="episodes-data">', 1)[1].split("</script>", 1)[0])
+    turns = json.loads(zlib.decompress(base64.b64decode(data["turns"])))
+    assert len(turns) == len(data["episodes"]) and any(t[2] == HOSTILE for episode in turns for t in episode)
 
 
 def chromium_binary() -> str | None:

@@ -9,8 +9,8 @@ import pytest
 
 from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
-from ibrl_bench.runner.store import RunStore
-from ibrl_bench.stats.matrix import summarize
+from ibrl_bench.runner.store import RunStore, episode_row
+from ibrl_bench.stats.matrix import episodes_table, summarize
 
 BOULWARE = "scripted:dealnodeal/boulware"
 CONCEDER = "scripted:dealnodeal/conceder"
@@ -28,7 +28,7 @@ def run(tmp_path, name="run", **kw):
 
 
 def results_of(runner):
-    return summarize(runner.store.latest().values(), domain="dealnodeal", scenario_set={},
+    return summarize(episodes_table(runner.store.episodes()), domain="dealnodeal", scenario_set={},
                      n_planned=runner.total())
 
 
@@ -227,18 +227,49 @@ def test_a_move_that_hangs_in_the_simultaneous_phase_is_an_error_not_a_leak(tmp_
     assert all("TimeoutError" in r.errors[0] for r in runner.store.records())
 
 
-def test_the_index_reads_summaries_and_offsets_that_lead_back_to_the_newest_records(tmp_path):
+def test_the_episode_rows_lead_back_to_the_newest_records(tmp_path):
     runner, _ = run(tmp_path)
     path = runner.store.episodes_path
     lines = path.read_bytes().splitlines(keepends=True)
     changed = json.loads(lines[2])
     changed["transcript"][0]["text"] = "a newer record of the same episode"
+    changed["outcome"]["turns"] = 99
     path.write_bytes(b"".join(lines) + (json.dumps(changed) + "\n").encode())
-    index = runner.store.index()
+    rows = runner.store.episodes()
     latest = runner.store.latest()
-    assert list(index) == list(latest)  # keys in first-written order, the newest record of each
-    records = runner.store.read_at([offset for _, offset in index.values()])
+    assert [row["key"] for row in rows] == list(latest)  # keys in first-written order, the newest record of each
+    records = runner.store.read_at([row["at"] for row in rows])
     assert records == list(latest.values())
     assert records[2].transcript[0].text == "a newer record of the same episode"
-    for (summary, _), record in zip(index.values(), records, strict=True):
-        assert summary.model_dump() == record.model_dump(exclude={"transcript"})
+    assert rows[2]["turns"] == 99
+    for row, record in zip(rows, records, strict=True):
+        assert {**row, "at": None} == {**episode_row(record), "at": None}
+
+
+def test_the_summaries_sidecar_is_used_only_where_the_log_confirms_it(tmp_path):
+    runner, _ = run(tmp_path, counterparts=[CONCEDER, HARDLINER])
+    store = runner.store
+    sidecar = store.summaries_path.read_bytes()
+    fresh = [{**row, "at": None} for row in store.episodes()]
+    assert len(sidecar.splitlines()) == len(fresh) == 24
+
+    # An edit that keeps every line's length: only the CRC can tell the sidecar is stale.
+    log = store.episodes_path.read_bytes()
+    first = json.loads(log.splitlines()[0])
+    before = first["outcome"]["rewards"][first["policy_role"]]
+    after = before + 1 if len(repr(before + 1)) == len(repr(before)) else before - 1
+    role = first["policy_role"].encode()
+    edited = log.replace(b'"%s":%r' % (role, before), b'"%s":%r' % (role, after), 1)
+    assert len(edited) == len(log) and edited != log
+    store.episodes_path.write_bytes(edited)
+    assert store.episodes()[0]["policy_score"] != before  # read from the log, not the stale sidecar
+    store.episodes_path.write_bytes(log)
+
+    # A torn last entry, a sidecar cut in the middle, an unreadable entry: the same rows, the rest from the log.
+    for broken in (sidecar[:-5], sidecar[: len(sidecar) // 2], sidecar.replace(b'{"key"', b'{"kex"', 1), b"junk\n"):
+        store.summaries_path.write_bytes(broken)
+        assert [{**row, "at": None} for row in store.episodes()] == fresh
+    # The writer repairs it when it opens the run (a resume), byte for byte what the run wrote.
+    store.open(store.read_manifest())
+    store.close()
+    assert store.summaries_path.read_bytes() == sidecar

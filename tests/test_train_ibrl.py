@@ -307,7 +307,8 @@ def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout
     assert calls == [["a", "b"]] * 3 + [["b"]]  # IB-RL and unilateral: the same rollout function
 
 
-# Two processes (DDP and FSDP, torchrun on the CPU): tests/test_train_distributed.py.
+# Two processes (DDP and FSDP on the CPU, started with the environment torchrun gives them):
+# tests/test_train_distributed.py.
 
 
 def test_signal_groups_counts_the_groups_whose_rewards_differ_per_role():

@@ -13,9 +13,11 @@ that the page works.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
+import zlib
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import resources
@@ -127,7 +129,7 @@ class _Page:
         self.policies = [p for p in run.policies if p in present]
         counterparts = set(self.frame["counterpart"])
         self.counterparts = [c for c in run.counterparts if c in counterparts]
-        self.roles = list(dict.fromkeys(self.frame["policy_role"]))
+        self.roles = list(self.frame["policy_role"].unique())
         self.columns = [(c, r) for c in self.counterparts for r in self.roles
                         if ((self.frame["counterpart"] == c) & (self.frame["policy_role"] == r)).any()]
         self.cells = {(c.policy, c.counterpart, c.policy_role): c for c in self.results.cells}
@@ -490,20 +492,19 @@ def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
 
 def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
     """The episodes for the browser, as JSON safe to inline in a <script> element."""
-    records = page.run.summaries
+    t = page.run.table
+    keys, policies, counterparts = t["key"].tolist(), t["policy"].tolist(), t["counterpart"].tolist()
+    roles = t["policy_role"].tolist()
     pol = {p: i for i, p in enumerate(page.policies)}
     cpt = {c: i for i, c in enumerate(page.counterparts)}
-    # Positions, not records, are sorted and compared: records are pydantic models, whose equality
-    # compares every field (a sort that reached it cost minutes on a 14,400-episode run).
-    positions = sorted(range(len(records)), key=lambda i: (
-        pol.get(records[i].policy, 0), cpt.get(records[i].counterpart, 0), records[i].policy_role,
-        records[i].scenario_id, records[i].seed, i))
+    order_keys = list(zip([pol.get(p, 0) for p in policies], [cpt.get(c, 0) for c in counterparts], roles,
+                          t["scenario_id"].tolist(), t["seed"].tolist(), range(len(keys)), strict=True))
+    positions = sorted(range(len(keys)), key=order_keys.__getitem__)
     if len(positions) > limit:
         # Keep every cell represented: take the first episodes of each cell, round-robin.
         by_cell: dict[tuple, list[int]] = {}
         for i in positions:
-            r = records[i]
-            by_cell.setdefault((r.policy, r.counterpart, r.policy_role), []).append(i)
+            by_cell.setdefault((policies[i], counterparts[i], roles[i]), []).append(i)
         rank = {i: n for n, i in enumerate(positions)}
         kept: list[int] = []
         depth = 0
@@ -513,8 +514,8 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
                     kept.append(group[depth])
             depth += 1
         positions = sorted(kept, key=rank.__getitem__)
-    order = page.run.transcribed([records[i].key for i in positions])
-    eps = []
+    order = page.run.transcribed([keys[i] for i in positions])
+    eps, turns = [], []
     for r in order:
         o = r.outcome
         other = next((role for role in r.agents if role != r.policy_role), None)
@@ -522,21 +523,26 @@ def _episode_data(page: _Page, limit: int) -> tuple[str, int, int]:
             "k": r.key, "p": pol.get(r.policy, 0), "c": cpt.get(r.counterpart, 0), "r": r.policy_role,
             "s": r.scenario_id, "sd": r.seed, "st": o.status, "win": o.success, "ag": o.agreement,
             "ps": o.rewards.get(r.policy_role), "cs": o.rewards.get(other) if other else None,
-            "first": r.starter, "d": o.detail, "m": o.metrics, "err": r.errors,
-            "t": [[t.role, t.phase, t.text, t.public, t.violation,
-                   json.dumps(t.parsed, sort_keys=True) if t.parsed else None] for t in r.transcript],
+            "first": r.starter, "d": o.detail, "m": o.metrics, "err": r.errors, "n": len(r.transcript),
         })
+        turns.append([[t.role, t.phase, t.text, t.public, t.violation,
+                       json.dumps(t.parsed, sort_keys=True) if t.parsed else None] for t in r.transcript])
     payload = {
         "policies": [short(p) for p in page.policies], "counterparts": [short(c) for c in page.counterparts],
-        "roles": page.roles, "statuses": sorted({r.outcome.status for r in records}),
-        "episodes": eps, "total": len(records),
+        "roles": page.roles, "statuses": sorted(t["status"].unique()),
+        "episodes": eps, "total": len(keys),
         # Scores shown with the decimals their scale needs (TeleSales 0-1: 0.50, not 0.5).
         "digits": decimals((v for r in order for v in r.outcome.rewards.values()), whole=True),
     }
     payload["private"], payload["private_note"] = _private_views(page, order)
+    # The turns are most of the page (about 1 KB an episode) and only read when an episode is opened:
+    # deflated and in base64, the browser neither parses nor holds them until then, and the page
+    # opens in about the time of one without them.
+    packed = json.dumps(turns, separators=(",", ":"), allow_nan=False, default=_json_default).encode()
+    payload["turns"] = base64.b64encode(zlib.compress(packed, 6)).decode("ascii")
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False, default=_json_default)
     # Inside <script>, "</script" (or "<!--") in a transcript would end the element: escape "<".
-    return text.replace("<", "\\u003c"), len(records), len(eps)
+    return text.replace("<", "\\u003c"), len(keys), len(eps)
 
 
 def _private_views(page: _Page, shown: list) -> tuple[dict[str, dict[str, dict]], str]:
@@ -579,7 +585,11 @@ def _quiet(stage: str) -> None:
 def build_report(run: Run, options: ReportOptions, progress: Callable[[str], None] = _quiet) -> str:
     """The page; `progress` hears the name of each stage as it starts (a large run takes a while)."""
     progress(f"reading {run.name}")
-    page = _Page(run, options)
+    return _build(_Page(run, options), progress)
+
+
+def _build(page: _Page, progress: Callable[[str], None]) -> str:
+    run, options = page.run, page.options
     progress(f"rankings and mismatch of {len(page.frame):,} episodes")
     frame = page.frame
     metric = options.metric
@@ -648,14 +658,15 @@ def write_report(run: Run, options: ReportOptions, out: Path | None = None,
     from ibrl_bench.report.heatmap import render_heatmap  # matplotlib: imported here only
 
     out = out or run.folder / "report.html"
-    text = build_report(run, options, progress)
+    progress(f"reading {run.name}")
+    page = _Page(run, options)
+    text = _build(page, progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
 
     progress("heatmap.png")
-    page = _Page(run, options)
     metric = options.metric if options.metric in page.kinds else "success_at_1"
     cells = {k: c.metrics.get(metric) for k, c in page.cells.items()}
     ivs = [iv for iv in cells.values() if iv is not None and iv.low is not None]

@@ -105,7 +105,7 @@ def stop_reason(width: float, n: int, cap: int, target: float) -> str | None:
 async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveReport:
     """Play `runner` (a Crossplay whose config sets target_halfwidth) round by round."""
     from ibrl_bench.runner.crossplay import RunAborted
-    from ibrl_bench.stats.matrix import episodes_frame
+    from ibrl_bench.stats.matrix import episodes_table, frame_of
 
     config = runner.config
     metric = config.target_metric or DEFAULT_METRIC
@@ -129,10 +129,9 @@ async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveR
                 if runner.budget is None or runner.budget.refused == 0:
                     raise
                 stopped_by = e
-            latest = runner.store.latest()
+            latest = {row["key"]: row for row in runner.store.episodes()}
             for cell in list(open_cells):
-                records = [latest[j.key] for j in ordered[cell][:n] if j.key in latest]
-                frame = episodes_frame(records)
+                frame = frame_of(episodes_table([latest[j.key] for j in ordered[cell][:n] if j.key in latest]))
                 if metric not in metric_names(frame):
                     raise UserError(f"--target-metric {metric} is not a metric of this run; "
                                     f"choose one of {', '.join(metric_names(frame))}")
@@ -141,7 +140,7 @@ async def run_adaptive(runner, on_progress: Callable | None = None) -> AdaptiveR
                                                                               config.target_halfwidth)
                 if reason:
                     stops[cell] = CellStop(policy=cell[0], counterpart=cell[1], policy_role=cell[2],
-                                           planned=n, episodes=len(records), looks=r + 1, reason=reason, interval=iv)
+                                           planned=n, episodes=len(frame), looks=r + 1, reason=reason, interval=iv)
                     open_cells.remove(cell)
             if stopped_by is not None or not open_cells:
                 break
@@ -183,10 +182,19 @@ async def play_matrix(runner, on_progress: Callable | None = None) -> None:
 
 
 def planned(runner) -> tuple[int, AdaptiveReport | None]:
-    """The episodes the command planned (an adaptive run's: the sizes its cells stopped at), and
-    the adaptive report where there is one."""
+    """The episodes the command planned (see `planned_in`), and the adaptive report where there is one."""
     report = read_report(runner.store.folder) if runner.config.target_halfwidth is not None else None
-    return (sum(c.planned for c in report.cells) if report else runner.total()), report
+    return planned_in(runner.store.folder, runner.manifest().identity, report is not None), report
+
+
+def planned_in(folder, identity: dict, adaptive: bool) -> int:
+    """The episodes a run folder's command planned: for an adaptive run that finished, the sizes
+    its cells stopped at (adaptive.json); otherwise the whole matrix of `identity`. The one count
+    that `show`, the analyses and the report call a run finished against."""
+    from ibrl_bench.runner.crossplay import planned_episodes
+
+    report = read_report(folder) if adaptive else None
+    return sum(c.planned for c in report.cells) if report is not None else planned_episodes(identity)
 
 
 def read_report(folder) -> AdaptiveReport | None:

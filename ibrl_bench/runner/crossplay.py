@@ -254,10 +254,10 @@ class Crossplay:
     def results(self, n_planned: int | None = None):
         """The cell results of what the run folder holds now (stats.matrix.Results), against
         `n_planned` episodes (default: the whole matrix; an adaptive run plans fewer)."""
-        from ibrl_bench.stats.matrix import summarize
+        from ibrl_bench.stats.matrix import episodes_table, summarize
 
         m = self.manifest()
-        return summarize(self.store.latest().values(), domain=m.domain, scenario_set=m.scenario_set,
+        return summarize(episodes_table(self.store.episodes()), domain=m.domain, scenario_set=m.scenario_set,
                          n_planned=planned_episodes(m.identity) if n_planned is None else n_planned,
                          identity=m.identity)
 

@@ -8,6 +8,13 @@ once a second and on close, which bounds what a power loss (not a process kill) 
 
 An episode whose status is `error` is recorded too, but does not count as done: a resumed run
 tries it again, and the newest record of a key wins.
+
+Next to the log, summaries.jsonl holds each episode's numbers (its row of the episode table, what
+the statistics read), written right after its line, so a large run is analysed without parsing
+every transcript. It is derived data and never trusted blindly: each entry carries the byte range
+of its log line and the CRC-32 of the log up to that line's end, so a reader uses the entries that
+the log confirms and parses the log's remaining lines itself (a kill between the two writes, a
+log written before the sidecar existed, an edited log). The writer repairs it when it opens the run.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,10 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 EPISODES = "episodes.jsonl"
+SUMMARIES = "summaries.jsonl"
 FORMAT = 1
+# Columns named `m_<name>` of the episode table carry a domain's own per-episode metrics (Outcome.metrics).
+DOMAIN_PREFIX = "m_"
 
 
 def now_iso() -> str:
@@ -67,6 +78,27 @@ EpisodeSummary = create_model(
     "EpisodeSummary",
     **{name: (field.annotation, field) for name, field in EpisodeRecord.model_fields.items() if name != "transcript"},
 )
+
+
+def episode_row(s: EpisodeSummary) -> dict[str, Any]:
+    """An episode's row of the episode table (the policy's point of view), and beside it what the
+    cell results add up: the error's kind (`detail`), token usage by seat, and retried faults."""
+    other = next(role for role in s.agents if role != s.policy_role)
+    o = s.outcome
+    usage = {}
+    for role, u in s.usage.items():
+        counted = u.model_dump(exclude_defaults=True)
+        if counted:
+            usage["policy" if role == s.policy_role else "counterpart"] = counted
+    return {
+        "key": s.key, "policy": s.policy, "counterpart": s.counterpart, "policy_role": s.policy_role,
+        "scenario_id": s.scenario_id, "seed": s.seed, "status": o.status, "agreement": o.agreement,
+        "success": o.success, "policy_score": o.rewards.get(s.policy_role, 0.0),
+        "counterpart_score": o.rewards.get(other, 0.0), "policy_violated": s.policy_role in o.violators,
+        "turns": o.turns, "attempts": s.attempts,
+        **{f"{DOMAIN_PREFIX}{k}": v for k, v in o.metrics.items()},
+        "detail": o.detail, "usage": usage, "retries": s.retries,
+    }
 
 
 class Manifest(BaseModel):
@@ -124,7 +156,11 @@ class RunStore:
         self.folder = Path(folder)
         self.episodes_path = self.folder / EPISODES
         self.manifest_path = self.folder / MANIFEST
+        self.summaries_path = self.folder / SUMMARIES
         self._fd: int | None = None
+        self._summaries_fd: int | None = None
+        self._end = 0  # the log's length, and the CRC-32 of its bytes, as the summaries record them
+        self._crc = 0
         self._last_sync = 0.0
         self._fresh = False  # `open` started this run folder (wrote its manifest)
         self._created: Path | None = None  # the outermost folder `open` created for it
@@ -170,7 +206,7 @@ class RunStore:
                                 "give a folder you can write to") from None
         try:
             self._repair_tail()
-            done = {k for k, (r, _) in self.index().items() if r.outcome.status != "error"}
+            done = {e["key"] for e in self._open_summaries() if e["status"] != "error"}
             self._fd = os.open(self.episodes_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as e:
             self.discard_if_unused()
@@ -199,7 +235,7 @@ class RunStore:
         if not fresh or self._appended:
             return
         self.close()
-        for name in (EPISODES, MANIFEST):
+        for name in (EPISODES, SUMMARIES, MANIFEST):
             (self.folder / name).unlink(missing_ok=True)
         if created is None:
             return  # the folder was there, empty, before the run: it stays
@@ -242,20 +278,26 @@ class RunStore:
                 f.truncate(cut)
 
     # -- reading ---------------------------------------------------------------------------
-    def _scan(self, model):
-        """(record, byte offset) for every line in file order, parsed into `model`."""
+    def _lines(self, start: int = 0, first: int = 1):
+        """(line number, byte offset, line) for every line of the log from byte `start` (line `first`) on."""
         if not self.episodes_path.exists():
             return
         if not self.episodes_path.is_file():
             raise UserError(f"{self.episodes_path} is not a file; the run folder is damaged: restore episodes.jsonl")
-        offset = 0
         with open(self.episodes_path, "rb") as f:
-            for lineno, line in enumerate(f, 1):
-                start, offset = offset, offset + len(line)
-                if line.strip():
-                    record = self._parse(model, line, f"{self.episodes_path}:{lineno}")
-                    if record is not None:
-                        yield record, start
+            f.seek(start)
+            offset = start
+            for lineno, line in enumerate(f, first):
+                yield lineno, offset, line
+                offset += len(line)
+
+    def _scan(self, model):
+        """(record, byte offset) for every line in file order, parsed into `model`."""
+        for lineno, offset, line in self._lines():
+            if line.strip():
+                record = self._parse(model, line, f"{self.episodes_path}:{lineno}")
+                if record is not None:
+                    yield record, offset
 
     @staticmethod
     def _parse(model, line: bytes, where: str):
@@ -277,12 +319,80 @@ class RunStore:
         """The newest record per key (a later success supersedes an earlier error)."""
         return {r.key: r for r in self.records()}
 
-    def index(self) -> dict[str, tuple[EpisodeSummary, int]]:
-        """The newest summary per key with the byte offset of its line, keys in first-written order."""
-        return {s.key: (s, offset) for s, offset in self._scan(EpisodeSummary)}
+    def _confirmed(self) -> tuple[list[dict[str, Any]], int, int, int]:
+        """The sidecar's entries that the log confirms, in file order, the sidecar bytes they take,
+        and the log's bytes and lines they cover. An entry is confirmed when it lies within the log,
+        starting where the one before it ended, and the CRC-32 of the log up to the last entry's end is the one
+        recorded there: anything else (a torn or corrupt line, a log cut short, edited or replaced)
+        leaves the sidecar unused from that point, and the log's lines are read instead."""
+        if not self.episodes_path.is_file():
+            return [], 0, 0, 0  # no log yet, or a damaged folder (`_lines` says what is wrong)
+        try:
+            data = self.summaries_path.read_bytes()
+            size = self.episodes_path.stat().st_size
+        except OSError:
+            return [], 0, 0, 0
+        lines = data.split(b"\n")[:-1]  # the piece after the last newline is empty or torn
+        try:
+            entries = json.loads(b"[" + b",".join(lines) + b"]")
+        except ValueError:
+            entries = []
+            for line in lines:  # the entries before the first unreadable line
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    break
+        end, kept = 0, 0
+        for e in entries:
+            if not (isinstance(e, dict) and ENTRY_KEYS <= e.keys() and isinstance(e["log"], list) and len(e["log"]) == 3
+                    and e["log"][0] == end < e["log"][1] <= size):
+                break
+            end, kept = e["log"][1], kept + 1
+        entries = entries[:kept]
+        crc, newlines = _crc_of(self.episodes_path, end) if entries else (None, 0)
+        if not entries or crc != entries[-1]["log"][2]:
+            return [], 0, 0, 0
+        return entries, sum(len(line) + 1 for line in lines[:kept]), end, newlines
+
+    def _summaries(self) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]], int, int]:
+        """(confirmed sidecar entries, the sidecar bytes they take, entries made now from the log's
+        lines after them, the log's length and its CRC-32), entries in file order."""
+        entries, used, end, newlines = self._confirmed()
+        crc = entries[-1]["log"][2] if entries else 0
+        fresh = []
+        for lineno, offset, line in self._lines(end, newlines + 1):
+            if line.strip():
+                summary = self._parse(EpisodeSummary, line, f"{self.episodes_path}:{lineno}")
+                if summary is None:
+                    break  # a torn last line: not an episode yet
+                crc = zlib.crc32(line, crc)
+                fresh.append(_entry(summary, offset, offset + len(line), crc))
+            else:
+                crc = zlib.crc32(line, crc)
+            end = offset + len(line)
+        return entries, used, fresh, end, crc
+
+    def episodes(self) -> list[dict[str, Any]]:
+        """The newest row (`episode_row`) of every episode, in the order episodes were first written,
+        each with `at`, the byte offset of its record's line (for `read_at`). Read from the
+        summaries sidecar where the log confirms it, from the log's lines elsewhere."""
+        entries, _, fresh, _, _ = self._summaries()
+        return _newest(entries + fresh)
+
+    def _open_summaries(self) -> list[dict[str, Any]]:
+        """Bring the sidecar in step with the log (cut what the log does not confirm, add what it
+        lacks), open it for appending, and return `episodes()`."""
+        if self.summaries_path.exists() and not self.summaries_path.is_file():
+            raise UserError(f"{self.summaries_path} is not a file; move it away (it is rebuilt from the run log)")
+        entries, used, fresh, self._end, self._crc = self._summaries()
+        with open(self.summaries_path, "ab") as f:
+            f.truncate(used)
+            f.write(b"".join(_entry_line(e) for e in fresh))
+        self._summaries_fd = os.open(self.summaries_path, os.O_WRONLY | os.O_APPEND)
+        return _newest(entries + fresh)
 
     def read_at(self, offsets: list[int]) -> list[EpisodeRecord]:
-        """The whole records on the lines that start at these byte offsets (from `index`), in order."""
+        """The whole records on the lines that start at these byte offsets (from `episodes`), in order."""
         out = []
         with open(self.episodes_path, "rb") as f:
             for offset in offsets:
@@ -305,6 +415,12 @@ class RunStore:
         written = os.write(self._fd, line)
         if written != len(line):  # a short write on a full disk: fail loudly, resume repairs it
             raise OSError(f"short write to {self.episodes_path} ({written} of {len(line)} bytes)")
+        # The summary comes from the line as written; a kill before it lands costs nothing, the
+        # next reader parses that line and the next `open` adds its entry.
+        at, self._end, self._crc = self._end, self._end + len(line), zlib.crc32(line, self._crc)
+        if self._summaries_fd is not None:
+            os.write(self._summaries_fd, _entry_line(_entry(EpisodeSummary.model_validate_json(line), at, self._end,
+                                                            self._crc)))
         self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= 1.0:
@@ -316,6 +432,9 @@ class RunStore:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
+        if self._summaries_fd is not None:
+            os.close(self._summaries_fd)
+            self._summaries_fd = None
 
     def write_results(self, results: Any) -> None:
         """The run's cell results (stats.matrix.Results) as results.json, and flat as cells.csv."""
@@ -332,3 +451,41 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(scrub(text))
     os.replace(tmp, path)
+
+
+# What every sidecar entry holds (besides the domain's metrics).
+ENTRY_KEYS = frozenset(["key", "policy", "counterpart", "policy_role", "scenario_id", "seed", "status", "agreement",
+                        "success", "policy_score", "counterpart_score", "policy_violated", "turns", "attempts",
+                        "detail", "usage", "retries", "log"])
+
+
+def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, Any]:
+    """A sidecar entry: the episode's row and where its line lies in the log (start, end, CRC-32 of
+    the log up to the end)."""
+    return {**episode_row(summary), "log": [at, end, crc]}
+
+
+def _entry_line(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+
+
+def _newest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest entry per key, keys in first-written order, each with `at` (its line's offset)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        newest[e["key"]] = e
+    for e in newest.values():
+        e["at"] = e.pop("log")[0]
+    return list(newest.values())
+
+
+def _crc_of(path: Path, length: int) -> tuple[int | None, int]:
+    """CRC-32 of the first `length` bytes of a file (None when it is shorter), and how many lines end in them."""
+    crc, left, newlines = 0, length, 0
+    with open(path, "rb") as f:
+        while left:
+            chunk = f.read(min(left, 1 << 23))
+            if not chunk:
+                return None, newlines
+            crc, left, newlines = zlib.crc32(chunk, crc), left - len(chunk), newlines + chunk.count(b"\n")
+    return crc, newlines

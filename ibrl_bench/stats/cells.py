@@ -14,16 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ibrl_bench.domains.base import STATUSES
+from ibrl_bench.runner.store import DOMAIN_PREFIX
 from ibrl_bench.stats.intervals import Interval, interval_of
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "scenario_id", "seed", "status", "agreement", "success", "policy_score",
     "counterpart_score", "policy_violated",
 )
-# Columns named `m_<name>` carry a domain's own per-episode metrics (Outcome.metrics): booleans
-# become rates, numbers means, each over the scored episodes where the domain gave a value (None
-# means "not defined here", e.g. Pareto optimality without a deal).
-DOMAIN_PREFIX = "m_"
+# Columns named `m_<name>` (DOMAIN_PREFIX, from the episode row in runner/store.py) carry a domain's
+# own per-episode metrics (Outcome.metrics): booleans become rates, numbers means, each over the
+# scored episodes where the domain gave a value (None means "not defined here", e.g. Pareto
+# optimality without a deal).
 
 
 def _validate(df: pd.DataFrame) -> None:

@@ -1,4 +1,4 @@
-"""From a run's episode records to the results of each cell of the matrix."""
+"""From a run's episode table (one row per episode, `episodes_table`) to the results of each cell of the matrix."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from ibrl_bench import __version__
 from ibrl_bench.agents.base import Usage
-from ibrl_bench.runner.store import EpisodeRecord
+from ibrl_bench.runner.store import EpisodeSummary, episode_row
 from ibrl_bench.stats.batch import matrix_metrics
-from ibrl_bench.stats.cells import DOMAIN_PREFIX, cell_counts
+from ibrl_bench.stats.cells import cell_counts
 from ibrl_bench.stats.intervals import Interval
 
 CELL = ["policy", "counterpart", "policy_role"]
@@ -50,39 +50,32 @@ class Results(BaseModel):
         return cells_frame(self).to_csv(index=False)
 
 
-def episodes_frame(records: Iterable[EpisodeRecord]) -> pd.DataFrame:
+COLUMNS = ["key", *CELL, "scenario_id", "seed", "status", "agreement", "success", "policy_score",
+           "counterpart_score", "policy_violated", "turns", "attempts"]
+# What an episode table holds beside the episode frame's columns (see runner/store.py's episode_row):
+# the error's kind, token usage by seat, retried faults, and where the record's line starts.
+EXTRAS = ["detail", "usage", "retries", "at"]
+
+
+def episodes_table(rows: list[dict]) -> pd.DataFrame:
+    """Episode rows (`runner.store.episode_row`) as a table: the episode frame's columns, then the
+    domain's metrics, then EXTRAS."""
+    metrics = sorted({k for row in rows for k in row} - set(COLUMNS) - set(EXTRAS))
+    return pd.DataFrame(rows, columns=COLUMNS + metrics + EXTRAS)
+
+
+def frame_of(table: pd.DataFrame) -> pd.DataFrame:
+    """The episode frame: one row per episode, from the policy's point of view (no EXTRAS)."""
+    return table.drop(columns=EXTRAS)
+
+
+def episodes_frame(records: Iterable[EpisodeSummary]) -> pd.DataFrame:
     """One row per episode, from the policy's point of view."""
-    rows = []
-    for r in records:
-        other = next(role for role in r.agents if role != r.policy_role)
-        o = r.outcome
-        rows.append(
-            {
-                "key": r.key,
-                "policy": r.policy,
-                "counterpart": r.counterpart,
-                "policy_role": r.policy_role,
-                "scenario_id": r.scenario_id,
-                "seed": r.seed,
-                "status": o.status,
-                "agreement": o.agreement,
-                "success": o.success,
-                "policy_score": o.rewards.get(r.policy_role, 0.0),
-                "counterpart_score": o.rewards.get(other, 0.0),
-                "policy_violated": r.policy_role in o.violators,
-                "turns": o.turns,
-                "attempts": r.attempts,
-                **{f"{DOMAIN_PREFIX}{k}": v for k, v in o.metrics.items()},
-            }
-        )
-    columns = ["key", *CELL, "scenario_id", "seed", "status", "agreement", "success", "policy_score",
-               "counterpart_score", "policy_violated", "turns", "attempts"]
-    extra = sorted({k for row in rows for k in row} - set(columns))
-    return pd.DataFrame(rows, columns=columns + extra)
+    return frame_of(episodes_table([episode_row(r) for r in records]))
 
 
 def summarize(
-    records: Iterable[EpisodeRecord],
+    table: pd.DataFrame,
     *,
     domain: str,
     scenario_set: dict,
@@ -90,15 +83,18 @@ def summarize(
     confidence: float = 0.95,
     identity: dict | None = None,
 ) -> Results:
-    records = list(records) if identity is None else in_matrix_order(records, identity)
-    frame = episodes_frame(records)
-    kinds = Counter(r.outcome.detail or "unknown" for r in records if r.outcome.status == "error")
+    """The results of every cell from an episode table (`episodes_table`)."""
+    if identity is not None:
+        table = in_matrix_order(table, identity)
+    frame = frame_of(table)
+    kinds = Counter(d or "unknown" for d, st in zip(table["detail"].tolist(), table["status"].tolist(), strict=True)
+                    if st == "error")
     # Every interval of the matrix in one pass (see stats/batch.py); the same intervals as cell_metrics.
     metrics = matrix_metrics(frame, CELL, confidence=confidence)
-    usage = cell_usage(records)
+    usage = cell_usage(table)
     retries: dict[tuple[str, str, str], Counter] = {}
-    for r in records:
-        retries.setdefault((r.policy, r.counterpart, r.policy_role), Counter()).update(r.retries)
+    for cell, tried in zip(_cells(table), table["retries"].tolist(), strict=True):
+        retries.setdefault(cell, Counter()).update(tried)
     cells = []
     for (policy, counterpart, role), group in frame.groupby(CELL, sort=False):
         counts = cell_counts(group)
@@ -126,28 +122,34 @@ def summarize(
     )
 
 
-def in_matrix_order(records: Iterable[EpisodeRecord], identity: dict) -> list[EpisodeRecord]:
-    """The records in the order of the run's matrix (a run manifest's identity: policies, then
+def in_matrix_order(table: pd.DataFrame, identity: dict) -> pd.DataFrame:
+    """The episodes in the order of the run's matrix (a run manifest's identity: policies, then
     counterparts, then roles, then scenario and seed), whatever order they finished in: the cells and
     every sum over them come out the same for a run played in one process or by several workers."""
     rank = {name: {x: i for i, x in enumerate(identity.get(name, []))}
             for name in ("policies", "counterparts", "roles")}
-    last = len  # a seat the identity does not list (an older folder) goes after those it does
 
-    def key(r: EpisodeRecord) -> tuple:
-        return (rank["policies"].get(r.policy, last(rank["policies"])),
-                rank["counterparts"].get(r.counterpart, last(rank["counterparts"])),
-                rank["roles"].get(r.policy_role, last(rank["roles"])), r.scenario_id, r.seed)
+    def ranks(column: str, name: str) -> list[int]:
+        last = len(rank[name])  # a seat the identity does not list (an older folder) goes after those it does
+        return [rank[name].get(x, last) for x in table[column].tolist()]
 
-    return sorted(records, key=key)
+    keys = list(zip(ranks("policy", "policies"), ranks("counterpart", "counterparts"), ranks("policy_role", "roles"),
+                    table["scenario_id"].tolist(), table["seed"].tolist(), strict=True))
+    order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: ties keep the order of the log
+    return table.iloc[order].reset_index(drop=True)
 
 
-def cell_usage(records: list[EpisodeRecord]) -> dict[tuple[str, str, str], dict[str, Usage]]:
+def _cells(table: pd.DataFrame):
+    """(policy, counterpart, policy_role) of every episode."""
+    return zip(table["policy"].tolist(), table["counterpart"].tolist(), table["policy_role"].tolist(), strict=True)
+
+
+def cell_usage(table: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, Usage]]:
     totals: dict[tuple[str, str, str], dict[str, Usage]] = {}
-    for r in records:
-        seats = totals.setdefault((r.policy, r.counterpart, r.policy_role), {"policy": Usage(), "counterpart": Usage()})
-        for role, u in r.usage.items():
-            seats["policy" if role == r.policy_role else "counterpart"].add(u)
+    for cell, used in zip(_cells(table), table["usage"].tolist(), strict=True):
+        seats = totals.setdefault(cell, {"policy": Usage(), "counterpart": Usage()})
+        for seat, counted in used.items():
+            seats[seat].add(Usage(**counted))
     return totals
 
 

@@ -269,14 +269,15 @@ def scenario_tensor(frame: pd.DataFrame, metric: str
     data, _ = scored_with_metric(frame, metric)
     if data.empty:
         raise UserError(f"no scored episode with a defined {metric}; nothing to rank")
-    policies = list(dict.fromkeys(frame["policy"]))
-    all_columns = list(dict.fromkeys(zip(frame["counterpart"], frame["policy_role"], strict=True)))
-    present = set(zip(data["policy"], data["counterpart"], data["policy_role"], strict=True))
+    policies = list(frame["policy"].unique())
+    all_columns = list(dict.fromkeys(zip(frame["counterpart"].tolist(), frame["policy_role"].tolist(), strict=True)))
+    present = set(zip(data["policy"].tolist(), data["counterpart"].tolist(), data["policy_role"].tolist(),
+                      strict=True))
     columns = [(c, r) for c, r in all_columns if all((p, c, r) in present for p in policies)]
     dropped_columns = [col for col in all_columns if col not in columns]
     if not columns:
         raise UserError(f"no counterpart has every policy scored with a defined {metric}; nothing to rank")
-    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"], strict=True)]]
+    data = data[_in_columns(data, columns)]
     per = data.groupby(["scenario_id", "policy", "counterpart", "policy_role"])["y"].mean()
     wide = per.unstack(["policy", "counterpart", "policy_role"])
     wide = wide.reindex(columns=pd.MultiIndex.from_tuples([(p, c, r) for p in policies for c, r in columns]))
@@ -285,6 +286,12 @@ def scenario_tensor(frame: pd.DataFrame, metric: str
     values = complete.to_numpy().reshape(len(complete), len(policies), len(columns))
     n = int(data["scenario_id"].isin(set(complete.index)).sum())
     return np.moveaxis(values, 0, -1), policies, columns, all_scenarios - len(complete), n, dropped_columns
+
+
+def _in_columns(data: pd.DataFrame, columns: list[tuple[str, str]]) -> list[bool]:
+    """Which rows of `data` fall in these (counterpart, role) columns."""
+    keep = set(columns)
+    return [(c, r) in keep for c, r in zip(data["counterpart"].tolist(), data["policy_role"].tolist(), strict=True)]
 
 
 def _uniform(m: np.ndarray) -> np.ndarray:
@@ -397,7 +404,7 @@ def _policy_sizes(frame: pd.DataFrame, metric: str, policies: list[str], columns
                   k: int) -> tuple[str, dict[str, np.ndarray]]:
     """The metric's kind, and per policy the scored episodes behind each of the scenarios of the tensor."""
     data, kind = scored_with_metric(frame, metric)
-    data = data[[(c, r) in set(columns) for c, r in zip(data["counterpart"], data["policy_role"], strict=True)]]
+    data = data[_in_columns(data, columns)]
     sizes = {}
     for p in policies:
         per = data[data["policy"] == p].groupby(data["scenario_id"].astype(str)).size()

@@ -68,7 +68,21 @@
   var count = document.getElementById('episode-count');
   var more = document.getElementById('episode-more');
   var viewer = document.getElementById('viewer');
-  var PAGE = 200, shown = PAGE, matches = [], selected = null;
+  var PAGE = 200, shown = PAGE, matches = [], selected = null, inflating = null;
+
+  // The turns of every episode come deflated (data.turns, base64): inflated on the first episode
+  // opened, so a large report opens without parsing them.
+  function loadTurns() {
+    if (!inflating) {
+      var bin = atob(data.turns), bytes = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      var inflated = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+      inflating = new Response(inflated).json().then(function (all) {
+        episodes.forEach(function (e, j) { e.t = all[j]; });
+      });
+    }
+    return inflating;
+  }
 
   function matchesFilters(e) {
     if (f.policy.value !== '' && String(e.p) !== f.policy.value) return false;
@@ -153,16 +167,20 @@
 
   function openEpisode(key, updateHash) {
     var e = byKey[key];
-    if (!e) return;
+    if (!e) return Promise.resolve();
     selected = key;
     list.querySelectorAll('tr.sel').forEach(function (r) { r.classList.remove('sel'); });
     var row = list.querySelector('tr[data-key="' + key + '"]');
     if (row) row.classList.add('sel');
     if (updateHash && window.history && history.replaceState) history.replaceState(null, '', '#episode=' + key);
+    return loadTurns().then(function () { if (selected === key) showEpisode(e); });
+  }
+
+  function showEpisode(e) {
     viewer.textContent = '';
     var policy = data.policies[e.p], counterpart = data.counterparts[e.c];
     viewer.appendChild(el('h3', null, policy + ' (role ' + e.r + ') vs ' + counterpart));
-    viewer.appendChild(el('div', 'small', 'scenario ' + e.s + ' \u00b7 seed ' + e.sd + ' \u00b7 ' + (e.t.length) +
+    viewer.appendChild(el('div', 'small', 'scenario ' + e.s + ' \u00b7 seed ' + e.sd + ' \u00b7 ' + e.n +
       ' moves' + (e.first ? ' \u00b7 ' + e.first + ' opens' : '') + ' \u00b7 episode ' + e.k));
     viewer.appendChild(privateViews(e, policy, counterpart));
     var turns = el('div', 'turns');
@@ -212,14 +230,14 @@
     if (m && byKey[m[1]]) {
       var e = byKey[m[1]];
       setCell(e.p, e.c, e.r);
-      openEpisode(e.k, false);
-      return;
+      return openEpisode(e.k, false);
     }
     m = /^cell=(\d+),(\d+),(.+)$/.exec(h);
-    if (m) { setCell(m[1], m[2], m[3]); if (matches.length) openEpisode(matches[0].k, false); }
+    if (m) { setCell(m[1], m[2], m[3]); if (matches.length) return openEpisode(matches[0].k, false); }
+    return Promise.resolve();
   }
   render();
-  fromHash();
   window.addEventListener('hashchange', fromHash);
-  document.documentElement.setAttribute('data-report-ready', '1');
+  // Ready once an episode named in the address is on screen.
+  fromHash().then(function () { document.documentElement.setAttribute('data-report-ready', '1'); });
 })();

@@ -42,7 +42,11 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
         assert (out / folder / "config.json").is_file(), folder
     for folder in ("ibrl", "unilateral-sft", "unilateral-boulware"):
         lines = (out / folder / "train_log.jsonl").read_text().splitlines()
-        assert len(lines) == 2 and "reward_groups" in json.loads(lines[0])
+        first = json.loads(lines[0])
+        assert len(lines) == 2 and "reward_groups" in first and 0 <= min(first["signal_groups"].values()) <= 1
+    # Every checkpoint declares the context the trainers cut to, so cross-play cuts to it as well.
+    for folder in ("sft/checkpoint", "ibrl/checkpoint-a", "unilateral-boulware/checkpoint-a"):
+        assert json.loads((out / folder / "config.json").read_text())["max_position_embeddings"] == 160, folder
     episodes = (out / "crossplay/run/episodes.jsonl").read_text().splitlines()
     # 4 policies x (3 held-out + SFT copy + boulware + IB-RL's other role) x 2 scenarios, in role a
     assert len(episodes) == 4 * 6 * 2
@@ -55,7 +59,9 @@ def test_every_stage_runs_and_leaves_its_output(tmp_path):
         assert v["estimate"] is not None and v["method"]
         assert v["low"] is None or v["low"] <= v["estimate"] <= v["high"]
     report = (out / "report.md").read_text()
-    assert "Learning gate" in report and "curves.png" in report and (out / "curves.png").stat().st_size > 1000
+    assert "Learning gate" in report and "groups with signal" in report
+    assert "Paired check" in report and "| unilateral vs boulware | 2 |" in report
+    assert "curves.png" in report and (out / "curves.png").stat().st_size > 1000
     # A repeated command reuses every finished stage.
     again = miniature.run(config)
     assert [s.status for s in again] == ["reused"] * len(PIPELINE)
@@ -98,3 +104,41 @@ def test_a_bad_miniature_recipe_is_one_line(ibrl, tmp_path):
     assert_one_line_error(ibrl("miniature", "--recipe", str(recipe)), "unknown key rl_steps")
     shipped = Path(__file__).parent.parent / "training" / "miniature" / "miniature.yaml"
     assert_one_line_error(ibrl("miniature", "--recipe", str(shipped), "gate.min_paying=2"), "gate.min_paying")
+
+
+def test_the_frozen_sft_partner_samples_at_partner_temperature_else_at_the_rl_temperature():
+    state = {"sft": {"checkpoint": "/ckpt"}}
+    base = miniature.MiniatureConfig(out="unused", temperature=0.3)
+    assert "temperature=0.3&" in miniature.sft_partner(base, state)
+    hotter = base.model_copy(update={"rl_temperature": 1.0})
+    assert "temperature=1&" in miniature.sft_partner(hotter, state)
+    calm = base.model_copy(update={"rl_temperature": 1.0, "partner_temperature": 0.3})
+    assert "temperature=0.3&" in miniature.sft_partner(calm, state)
+    assert miniature.rl_temperature(calm) == 1.0  # the trained role still explores
+    with pytest.raises(ValueError):
+        miniature.MiniatureConfig(out="unused", partner_temperature=0)
+
+
+def test_the_paired_check_pairs_each_method_with_the_sft_reference_on_the_same_scenarios():
+    import pandas as pd
+
+    from ibrl_bench.train.miniature_report import paired_gains
+
+    methods = {"SFT reference": {"policy": "sft", "train_counterpart": "sft"},
+               "IB-RL": {"policy": "ib-a", "train_counterpart": "ib-b"}}
+    rows = []
+    for k, scenario in enumerate(["s1", "s2", "s3", "s4"]):
+        # The SFT start scores differently per scenario; IB-RL scores 1 more on each one, against
+        # its partner: a pairing by scenario finds +1 exactly, an unpaired mean of other cells would not.
+        rows += [{"policy": "sft", "counterpart": "ib-b", "scenario_id": scenario, "policy_score": 2.0 * k,
+                  "status": "ok"},
+                 {"policy": "ib-a", "counterpart": "ib-b", "scenario_id": scenario,
+                  "policy_score": 2.0 * k + 1 + k % 2 * 0.2, "status": "ok"},
+                 {"policy": "ib-a", "counterpart": "other", "scenario_id": scenario, "policy_score": 9.0,
+                  "status": "ok"},
+                 {"policy": "sft", "counterpart": "ib-b", "scenario_id": scenario, "policy_score": 50.0,
+                  "status": "error"}]
+    (row,) = paired_gains(pd.DataFrame(rows), methods)
+    assert row["method"] == "IB-RL" and row["scenarios"] == 4
+    assert row["estimate"] == pytest.approx(1.1)
+    assert row["low"] < 1.1 < row["high"] and row["high"] - row["low"] < 0.5

@@ -309,3 +309,23 @@ def test_same_seed_same_rollouts_and_weights_and_both_trainers_share_the_rollout
 
 # Two processes (DDP and FSDP on the CPU, started with the environment torchrun gives them):
 # tests/test_train_distributed.py.
+
+
+def test_signal_groups_counts_the_groups_whose_rewards_differ_per_role():
+    """The logged share of groups that carry an advantage: a group of equal rewards teaches
+    nothing; role b's rewards must not decide role a's share (a shared count would fail here)."""
+    from ibrl_bench.domains.base import Outcome
+    from ibrl_bench.train.rollout import Group, Rollout
+
+    def group(rewards_a, rewards_b):
+        rollouts_ = [Rollout(SCENARIOS[0].id, g, Outcome(status="ok", agreement=True, success=True,
+                                                         rewards={"a": a, "b": b}, turns=2), {}, [])
+                     for g, (a, b) in enumerate(zip(rewards_a, rewards_b, strict=True))]
+        return Group(SCENARIOS[0], rollouts_)
+
+    groups = [group([3.0, 3.0, 3.0], [1.0, 2.0, 1.0]), group([0.0, 5.0, 0.0], [4.0, 4.0, 4.0]),
+              group([2.0, 2.0, 2.0], [0.0, 0.0, 0.0]), group([1.0, 0.0, 0.0], [6.0, 0.0, 6.0])]
+    cfg = IBRLConfig(model=ModelOptions(model="unused"), out="unused")
+    shares = ibrl.signal_groups(groups, ["a", "b"], make_accelerator(cfg))
+    assert shares == {"a": 0.5, "b": 0.5}
+    assert ibrl.signal_groups(groups[:1], ["a", "b"], make_accelerator(cfg)) == {"a": 0.0, "b": 1.0}

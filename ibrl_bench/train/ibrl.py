@@ -229,7 +229,8 @@ def train(config: IBRLConfig, accelerator: Any, domain: Domain, scenarios: Scena
         # The slowest process's rollouts: the update cannot start before they end.
         rollout_s = over_processes(accelerator, [time.perf_counter() - started], first_max=True)[0]
         metrics: dict[str, Any] = {"reward": mean_rewards(groups, domain.roles, accelerator),
-                                   "reward_groups": group_rewards(groups, list(policies), accelerator)}
+                                   "reward_groups": group_rewards(groups, list(policies), accelerator),
+                                   "signal_groups": signal_groups(groups, list(policies), accelerator)}
         metrics.update(update_all(policies, groups, config, accelerator))
         trained_tokens = metrics.pop("tokens")
         seconds = time.perf_counter() - started
@@ -353,6 +354,16 @@ def group_rewards(groups: list[Group], roles: list[Role], accelerator: Any) -> d
     processes): what a learning curve's interval resamples, scenarios being the clusters."""
     return {role: [round(x, 6) for x in gather(accelerator, [sum(g.rewards(role)) / len(g.rollouts) for g in groups])]
             for role in roles}
+
+
+def signal_groups(groups: list[Group], roles: list[Role], accelerator: Any) -> dict[Role, float]:
+    """Each trained role's share of the step's groups (over all processes) whose rewards are not all
+    equal: only those carry an advantage, so the share is how much of the step can teach anything."""
+    shares = {}
+    for role in roles:
+        flags = gather(accelerator, [float(len(set(g.rewards(role))) > 1) for g in groups])
+        shares[role] = sum(flags) / max(len(flags), 1)
+    return shares
 
 
 def check_rollout_engine(config: IBRLConfig) -> None:

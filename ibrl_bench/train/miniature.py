@@ -59,7 +59,8 @@ STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-bo
 # when these are unchanged (so a new RL setting does not rebuild the transcripts and the SFT model).
 READS = {"transcripts": ["negotiators", "transcript_scenarios", "max_turns", "heldout"],
          "sft": ["sft", "prompt", "max_new_tokens", "max_length", "seed"], "gate": ["gate", "temperature"],
-         "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role"], "unilateral-boulware": [],
+         "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role", "partner_temperature"],
+         "unilateral-boulware": [],
          "crossplay": ["eval_scenarios"], "mismatch": [], "report": ["learning_window"]}
 BOULWARE = "scripted:dealnodeal/boulware?terse=true"
 HELDOUT = ["scripted:dealnodeal/conceder?terse=true", "scripted:dealnodeal/hardliner?terse=true",
@@ -92,6 +93,9 @@ class MiniatureConfig(BaseModel):
     # The RL rollouts' own temperature (both roles and the frozen SFT partner), so that the groups
     # explore while the gate and the evaluation play as the model is meant to; None: `temperature`.
     rl_temperature: float | None = Field(None, gt=0)
+    # The frozen SFT partner's own temperature in unilateral vs SFT's rollouts, so that the trained
+    # role explores against the partner as it is evaluated; None: the rollouts' (`rl_temperature`).
+    partner_temperature: float | None = Field(None, gt=0)
     sft: dict[str, Any] = Field(default_factory=dict)
     gate: GateOptions = Field(default_factory=GateOptions)
     rl: dict[str, Any] = Field(default_factory=dict)
@@ -217,6 +221,14 @@ def sft(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[st
               "domain": DOMAIN, "transcripts": [state["transcripts"]["run"]], "out": str(folder),
               "prompt": config.prompt, "max_new_tokens": config.max_new_tokens, "max_length": config.max_length,
               "seed": config.seed}
+    if fields.get("from_scratch") is not None:
+        # The model declares the context it is trained on (max_length): every hf: agent cuts its
+        # prompts to the model's context, so the gate and the cross-play then play the policy on the
+        # contexts the trainers cut to. Without it (2048) they fed it dialogues longer than any it
+        # had seen, at positions it was never trained on (RESULTS.md).
+        scratch = {"seed": config.seed, **fields["from_scratch"]}
+        scratch["shape"] = {"max_position_embeddings": config.max_length, **scratch.get("shape", {})}
+        fields["from_scratch"] = scratch
     sft_config = trainer.SFTConfig(**fields)
     with StepLog(folder, sft_config.steps, "sft", quiet=True) as log:
         spec = trainer.run(sft_config, log)
@@ -250,6 +262,13 @@ def rl_temperature(config: MiniatureConfig) -> float:
     return config.rl_temperature or config.temperature
 
 
+def sft_partner(config: MiniatureConfig, state: dict[str, Any]) -> str:
+    """The frozen SFT copy as unilateral vs SFT's training partner: at `partner_temperature` if set,
+    else as IB-RL's partner samples in training (the RL temperature). Cross-play plays it at the
+    evaluation temperature."""
+    return model_spec(state["sft"]["checkpoint"], config, config.partner_temperature or rl_temperature(config))
+
+
 def _rl_fields(config: MiniatureConfig, state: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"kl_coef": 0.04, "lr": 1e-4, "micro_batch_size": 32, "rollout_batch_size": 64, **config.rl,
             "model": {"model": f"hf:{state['sft']['checkpoint']}", "device": "cpu"}, "domain": DOMAIN,
@@ -273,10 +292,7 @@ def _unilateral(counterpart: str) -> Callable[[MiniatureConfig, Path, dict[str, 
         from ibrl_bench.train import unilateral as trainer
         from ibrl_bench.train.steplog import StepLog
 
-        # The frozen SFT partner samples as IB-RL's partner does in training (the RL temperature);
-        # cross-play then plays every policy against it at the evaluation temperature.
-        partner = (model_spec(state["sft"]["checkpoint"], config, rl_temperature(config)) if counterpart == "sft"
-                   else counterpart)
+        partner = sft_partner(config, state) if counterpart == "sft" else counterpart
         rl = trainer.UnilateralConfig(**_rl_fields(config, state, folder), role=config.unilateral_role,
                                       counterpart=partner)
         with StepLog(folder, rl.steps, "unilateral", quiet=True) as log:
@@ -355,9 +371,12 @@ def report(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict
     gates = miniature_report.learning_gates(out, config)
     table = miniature_report.table(state["crossplay"]["run"], state["crossplay"]["methods"], config)
     mismatch_data = json.loads(Path(state["mismatch"]["file"]).read_text())
-    text = miniature_report.markdown(state, gates, table, mismatch_data, curves, config)
+    from ibrl_bench.runs import load_run
+
+    paired = miniature_report.paired_gains(load_run(state["crossplay"]["run"]).episodes, state["crossplay"]["methods"])
+    text = miniature_report.markdown(state, gates, table, mismatch_data, curves, config, paired)
     (out / "report.md").write_text(text)
-    return {"report": str(out / "report.md"), "curves": str(curves), "learning": gates}
+    return {"report": str(out / "report.md"), "curves": str(curves), "learning": gates, "paired": paired}
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[MiniatureConfig, Path, dict[str, Any]], dict[str, Any]]] = {

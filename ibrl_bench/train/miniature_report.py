@@ -83,6 +83,11 @@ def learning_gates(out: Path, config: Any) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"run": label, "role": role, "window": window, "first": sum(first) / len(first),
                                  "last": sum(last) / len(last), "n_first": len(first), "n_last": len(last)}
         entry["difference"] = entry["last"] - entry["first"]
+        # The share of groups whose rewards differ (the only ones with an advantage), per window;
+        # None in logs written before the trainer logged it.
+        for key, part in (("signal_first", records[:window]), ("signal_last", records[-window:])):
+            shares = [r["signal_groups"][role] for r in part if "signal_groups" in r]
+            entry[key] = sum(shares) / len(shares) if shares else None
         low = high = None
         if len(first) >= 2 and len(last) >= 2 and len(set(first + last)) > 1:
             ci = stats.ttest_ind(last, first, equal_var=False).confidence_interval(0.95)
@@ -118,6 +123,34 @@ def table(run: str, methods: dict[str, dict[str, str]], config: Any) -> list[dic
     return rows
 
 
+def paired_gains(episodes: Any, methods: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """A check beside the learning gate, on the cross-play's test games: per trained method, its
+    own score against its training partner minus the SFT reference's against that same partner,
+    paired by scenario (each scenario's mean over its games), with a paired t interval. The gate
+    compares different scenarios at the two ends of training; here both policies meet the same ones."""
+    import numpy as np
+    from scipy import stats
+
+    episodes = episodes[episodes["status"] != "error"]
+    reference = methods["SFT reference"]["policy"]
+    rows = []
+    for name, m in methods.items():
+        if name == "SFT reference":
+            continue
+        cells = episodes[episodes["counterpart"] == m["train_counterpart"]]
+        per = {policy: cells[cells["policy"] == policy].groupby(cells["scenario_id"].astype(str))["policy_score"].mean()
+               for policy in (m["policy"], reference)}
+        both = per[m["policy"]].index.intersection(per[reference].index)
+        diff = (per[m["policy"]][both] - per[reference][both]).to_numpy(dtype=float)
+        row: dict[str, Any] = {"method": name, "scenarios": len(both),
+                               "estimate": float(diff.mean()) if len(diff) else None, "low": None, "high": None}
+        if len(diff) >= 2 and float(np.std(diff)) > 0:
+            ci = stats.ttest_rel(per[m["policy"]][both], per[reference][both]).confidence_interval(0.95)
+            row.update(low=float(ci.low), high=float(ci.high))
+        rows.append(row)
+    return rows
+
+
 def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
     if not x or x.get("estimate") is None:
         return "n/a"
@@ -138,7 +171,8 @@ def gate_table(gate: dict[str, Any]) -> list[str]:
 
 
 def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict[str, Any]],
-             mismatch: dict[str, Any], curves_path: Path, config: Any) -> str:
+             mismatch: dict[str, Any], curves_path: Path, config: Any,
+             paired: list[dict[str, Any]] | None = None) -> str:
     g = state["gate"]
     learned = {(e["run"], e["role"]): e["learned"] for e in gates}
     role = config.unilateral_role
@@ -151,13 +185,17 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
     rl_temperature = config.rl_temperature or config.temperature
     lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
               f"Rollouts (both roles, and the frozen SFT partner) at temperature {rl_temperature:g}.", "",
-              "| run | role | first | last | last - first [95% CI] | learned |", "|---|---|---|---|---|---|"]
+              "| run | role | first | last | last - first [95% CI] | learned | groups with signal, first -> last |",
+              "|---|---|---|---|---|---|---|"]
     for e in gates:
         ci = "n/a" if e["low"] is None else f"{e['difference']:+.2f} [{e['low']:+.2f}, {e['high']:+.2f}]"
+        signal = ("n/a" if e.get("signal_first") is None
+                  else f"{e['signal_first']:.0%} -> {e['signal_last']:.0%}")
         lines.append(f"| {e['run']} | {e['role']} | {e['first']:.2f} | {e['last']:.2f} | {ci} | "
-                     f"{'yes' if e['learned'] else '**did not learn**'} |")
+                     f"{'yes' if e['learned'] else '**did not learn**'} | {signal} |")
     method, window = (gates[0]["method"], gates[0]["window"]) if gates else ("", "")
-    lines += ["", f"Interval: {method}; window {window} steps.",
+    lines += ["", f"Interval: {method}; window {window} steps. Groups with signal: the share of a step's "
+              "groups whose rewards are not all equal (the others have no advantage), mean over the window.",
               "", f"![learning curves]({curves_path.name})", "",
               f"## Cross-play (test split, role {role}, temperature {config.temperature:g})", "",
               "Own score (0-10) and agreement; held-out = mean over the held-out panel per game; intervals: "
@@ -171,6 +209,14 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
         status = "reference" if key is None else ("yes" if learned.get(key) else "no")
         lines.append(f"| {r['method']} | {status} | {_iv(r['heldout_score'])} | {_iv(r['train_score'])} | "
                      f"{_iv(r['heldout_agreement'], '{:.0%}')} | {_iv(r['heldout_invalid'], '{:.0%}')} |")
+    paired = paired or []
+    lines += ["", "### Paired check beside the learning gate", "",
+              "Own score against the method's training partner minus the SFT reference's against that same "
+              "partner, on the same test scenarios (each scenario's mean over its games; paired t, 95%). The "
+              "learning gate above decides what is claimed; this measures the same question on shared games.", "",
+              "| method | scenarios | gain over the SFT start vs the training partner [95% CI] |", "|---|---|---|"]
+    for p in paired:
+        lines.append(f"| {p['method']} | {p['scenarios']} | {_iv(p)} |")
     lines += ["", "## Mismatch against the SFT reference (own score)", "",
               "gap = score vs own training partner - mean vs held-out panel; DiD = gap minus the SFT reference's gap "
               "on the same partners (positive: gained more against its own partner than against the panel).", "",

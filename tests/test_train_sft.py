@@ -192,7 +192,8 @@ def test_a_few_steps_of_imitation_lower_the_heldout_loss(runs, tmp_path):
     assert summary["heldout_loss_after"] < summary["heldout_loss_before"] - 1.0
     assert [r["step"] for r in read_log(cfg.out)] == list(range(1, 9))
     assert spec == f"hf:{(tmp_path / 'sft' / 'checkpoint').resolve()}"
-    assert (tmp_path / "sft" / "checkpoint" / "config.json").is_file()
+    # Built from scratch, the model declares the context it was trained on, so hf: agents cut to it.
+    assert json.loads((tmp_path / "sft" / "checkpoint" / "config.json").read_text())["max_position_embeddings"] == 384
 
 
 @pytest.mark.slow
@@ -213,6 +214,21 @@ def test_the_same_seed_trains_the_same_weights(runs, tmp_path):
     assert losses_1 == losses_2
     assert weights_1.keys() == weights_2.keys()
     assert all(torch.equal(weights_1[k], weights_2[k]) for k in weights_1)
+    # The recipe's seed also draws the initial weights of a model built from scratch.
+    from ibrl_bench.train.sft import _build_from_scratch
+
+    class _One:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            return None
+
+    other = SFTConfig(domain="dealnodeal", transcripts=[str(runs["dealnodeal"])], out="unused", from_scratch={},
+                      max_length=256, seed=8)
+    _build_from_scratch(other, tmp_path / "eight", _One())
+    init_7 = load_file(tmp_path / "one" / "init" / "model.safetensors")
+    init_8 = load_file(tmp_path / "eight" / "init" / "model.safetensors")
+    assert not torch.equal(init_7["model.embed_tokens.weight"], init_8["model.embed_tokens.weight"])
 
 
 @pytest.mark.slow

@@ -221,14 +221,6 @@ def sft(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[st
               "domain": DOMAIN, "transcripts": [state["transcripts"]["run"]], "out": str(folder),
               "prompt": config.prompt, "max_new_tokens": config.max_new_tokens, "max_length": config.max_length,
               "seed": config.seed}
-    if fields.get("from_scratch") is not None:
-        # The model declares the context it is trained on (max_length): every hf: agent cuts its
-        # prompts to the model's context, so the gate and the cross-play then play the policy on the
-        # contexts the trainers cut to. Without it (2048) they fed it dialogues longer than any it
-        # had seen, at positions it was never trained on (RESULTS.md).
-        scratch = {"seed": config.seed, **fields["from_scratch"]}
-        scratch["shape"] = {"max_position_embeddings": config.max_length, **scratch.get("shape", {})}
-        fields["from_scratch"] = scratch
     sft_config = trainer.SFTConfig(**fields)
     with StepLog(folder, sft_config.steps, "sft", quiet=True) as log:
         spec = trainer.run(sft_config, log)

@@ -57,7 +57,8 @@ class FromScratch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = 0
+    seed: int | None = None  # None: the recipe's seed
+    # Unset, max_position_embeddings is the recipe's max_length (see _build_from_scratch).
     shape: TinyConfig = Field(default_factory=TinyConfig)
 
 
@@ -271,7 +272,7 @@ def run(config: SFTConfig, log: Any) -> str:
         _open_run(folder, config.domain)  # a wrong folder fails now, not after the model is built
     accelerator = Accelerator(mixed_precision=config.mixed_precision)
     torch.manual_seed(config.seed)
-    model_options = config.model or _build_from_scratch(config.from_scratch, out, accelerator)
+    model_options = config.model or _build_from_scratch(config, out, accelerator)
     policy = load_policy(model_options, lr=config.lr, reference=False, weight_decay=config.weight_decay)
     tokenizer = policy.tokenizer
     budget = prompt_budget(model_context(policy.model), config.max_length, config.max_new_tokens)
@@ -342,12 +343,20 @@ def _prompt_record(config: SFTConfig) -> dict[str, str]:
     return {"name": p.name, "version": p.version, "hash": p.hash}
 
 
-def _build_from_scratch(scratch: FromScratch, out: Path, accelerator: Any) -> ModelOptions:
+def _build_from_scratch(config: SFTConfig, out: Path, accelerator: Any) -> ModelOptions:
     from ibrl_bench.models.tiny import build_tiny_model
 
+    scratch = config.from_scratch
+    assert scratch is not None
+    shape = scratch.shape
+    if "max_position_embeddings" not in shape.model_fields_set:
+        # The model declares the context it is trained on: every hf: agent cuts its prompts to the
+        # model's context, so cross-play plays it on the contexts SFT and the RL rollouts cut to,
+        # never at positions no training step reached (2048 by default, against a max_length of 256-1024).
+        shape = shape.model_copy(update={"max_position_embeddings": config.max_length})
     folder = out / "init"
     if accelerator.is_main_process:
-        build_tiny_model(folder, seed=scratch.seed, config=scratch.shape)
+        build_tiny_model(folder, seed=config.seed if scratch.seed is None else scratch.seed, config=shape)
     accelerator.wait_for_everyone()
     return ModelOptions(model=f"hf:{folder.resolve()}")
 

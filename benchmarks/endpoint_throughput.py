@@ -2,7 +2,9 @@
 limits that bound it, all measured in one run on one endpoint:
 
 1. at --low concurrent episodes (default 16): episodes/s as a ratio to the latency-bound limit,
-   concurrency / (sequential model rounds per episode x latency); target >= 0.95;
+   concurrency / (sequential model rounds per episode x latency); target >= 0.879 (what a
+   thread-per-episode harness reached on the same endpoint; the openai client alone allows 0.74-0.95
+   here, depending on the load);
 2. at --high concurrent episodes (default 256): model calls/s of the harness as a ratio to what
    the bare `openai` async client reaches alone at the same concurrency on the same endpoint;
    target >= 0.9.

@@ -759,17 +759,14 @@ def train(method, recipe, quiet, overrides) -> None:
     Writes checkpoints, train_log.jsonl and the resolved recipe.yaml under the recipe's `out`.
     Under `accelerate launch` every process trains; only the first writes the log and prints.
     """
-    from ibrl_bench.train.launch import Launch, require_training_stack, try_commands
+    from ibrl_bench.train.launch import Launch, ready_training_stack, try_commands
     from ibrl_bench.train.recipes import load_recipe, trainer
 
     with interrupt_hint("rerun the same command to resume from the last saved step (save_every)"
                         if method in ("ibrl", "unilateral") else None):
         module, config_class = trainer(method)
         config = load_recipe(recipe, config_class, list(overrides), method=method)
-        require_training_stack()
-        from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
-
-        hf_logging.disable_progress_bar()  # loading and saving bars would tear through the step bar
+        ready_training_stack()  # after the recipe: a bad one fails fast
         launch = Launch(method, config)
         if launch.resumed_after and launch.main_process:
             err_console.print(f"resuming {launch.out} after step {launch.resumed_after} of {config.steps} "
@@ -800,14 +797,11 @@ def miniature(recipe, overrides) -> None:
     command reuses the stages that finished for the same recipe.
     """
     from ibrl_bench.train import miniature as pipeline
-    from ibrl_bench.train.launch import require_training_stack
+    from ibrl_bench.train.launch import ready_training_stack
     from ibrl_bench.train.recipes import load_recipe
 
     config = load_recipe(recipe, pipeline.MiniatureConfig, list(overrides), method="miniature")
-    require_training_stack()
-    from transformers.utils import logging as hf_logging  # after the recipe: a bad one fails fast
-
-    hf_logging.disable_progress_bar()
+    ready_training_stack()  # after the recipe: a bad one fails fast
     stages = pipeline.run(config, progress=lambda line: err_console.print(line, highlight=False))
     out = Path(config.out)
     wall, cpu = sum(s.wall_s for s in stages), sum(s.cpu_s for s in stages)

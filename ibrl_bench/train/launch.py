@@ -24,12 +24,16 @@ from ibrl_bench.train.recipes import RECIPE_VERSION
 TRAINING_PACKAGES = ("torch", "transformers", "peft", "accelerate")
 
 
-def require_training_stack() -> None:
-    """One line naming what is missing, before a trainer's first import fails with a traceback."""
+def ready_training_stack() -> None:
+    """One line naming what is missing, before a trainer's first import fails with a traceback;
+    then transformers' loading and saving bars off (they would tear through the step bar)."""
     missing = [name for name in TRAINING_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         raise UserError(f"training needs {', '.join(missing)}, which this environment lacks; install them with "
                         "pip install torch && pip install 'ibrl-bench[train]'")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def main_process() -> bool:

@@ -128,8 +128,7 @@ def paired_gains(episodes: Any, methods: dict[str, dict[str, str]]) -> list[dict
     own score against its training partner minus the SFT reference's against that same partner,
     paired by scenario (each scenario's mean over its games), with a paired t interval. The gate
     compares different scenarios at the two ends of training; here both policies meet the same ones."""
-    import numpy as np
-    from scipy import stats
+    from ibrl_bench.stats.intervals import paired_interval
 
     episodes = episodes[episodes["status"] != "error"]
     reference = methods["SFT reference"]["policy"]
@@ -141,13 +140,9 @@ def paired_gains(episodes: Any, methods: dict[str, dict[str, str]]) -> list[dict
         per = {policy: cells[cells["policy"] == policy].groupby(cells["scenario_id"].astype(str))["policy_score"].mean()
                for policy in (m["policy"], reference)}
         both = per[m["policy"]].index.intersection(per[reference].index)
-        diff = (per[m["policy"]][both] - per[reference][both]).to_numpy(dtype=float)
-        row: dict[str, Any] = {"method": name, "scenarios": len(both),
-                               "estimate": float(diff.mean()) if len(diff) else None, "low": None, "high": None}
-        if len(diff) >= 2 and float(np.std(diff)) > 0:
-            ci = stats.ttest_rel(per[m["policy"]][both], per[reference][both]).confidence_interval(0.95)
-            row.update(low=float(ci.low), high=float(ci.high))
-        rows.append(row)
+        iv = paired_interval(per[m["policy"]][both].to_numpy(float), per[reference][both].to_numpy(float),
+                             both.to_numpy(), binary=False, with_test=False).difference
+        rows.append({"method": name, "scenarios": len(both), "estimate": iv.estimate, "low": iv.low, "high": iv.high})
     return rows
 
 

@@ -177,9 +177,14 @@ def markdown(state: dict[str, Any], gates: list[dict[str, Any]], rows: list[dict
              "and own reward > 0 "
              f"in >= {g['min_paying']:.0%} of self-play episodes: **{'passed' if g['passed'] else 'failed'}**.", "",
              *gate_table(g)]
-    rl_temperature = config.rl_temperature or config.temperature
+    from ibrl_bench.train.miniature import rl_temperature
+
+    rollouts = (f"Rollouts (both roles, and the frozen SFT partner) at temperature {rl_temperature(config):g}."
+                if config.partner_temperature is None else
+                f"Rollouts (both roles) at temperature {rl_temperature(config):g}; the frozen SFT partner of "
+                f"unilateral vs SFT at {config.partner_temperature:g}.")
     lines += ["", "## Learning gate (reward against the training partner, last steps minus first)", "",
-              f"Rollouts (both roles, and the frozen SFT partner) at temperature {rl_temperature:g}.", "",
+              rollouts, "",
               "| run | role | first | last | last - first [95% CI] | learned | groups with signal, first -> last |",
               "|---|---|---|---|---|---|---|"]
     for e in gates:

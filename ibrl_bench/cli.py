@@ -297,7 +297,7 @@ def episodes(run, policy, counterpart, role, status, scenario, seed, key, limit)
     When the filters leave exactly one episode (or --show picks one), it is printed whole: what
     each side knew, every move (private ones marked) and the outcome."""
     from ibrl_bench.domains import get_domain
-    from ibrl_bench.report.terminal import episodes_table, print_episode
+    from ibrl_bench.report.terminal import episodes_listing, print_episode
     from ibrl_bench.runs import Run
 
     r = Run(run)
@@ -307,7 +307,7 @@ def episodes(run, policy, counterpart, role, status, scenario, seed, key, limit)
     if not found:
         raise UserError(f"no episode of {run} matches these filters; {len(r.table)} episodes are recorded")
     if len(found) > 1 and key is None:
-        console.print(episodes_table(r.transcribed(found[:limit]), r.manifest.domain, limit))
+        console.print(episodes_listing(r.transcribed(found[:limit]), r.manifest.domain, limit))
         more = f"; the first {limit} shown (--limit)" if len(found) > limit else ""
         console.print(f"{len(found)} episodes match{more}. One of them turn by turn: --show KEY", highlight=False)
         return

@@ -93,7 +93,7 @@ def print_transcript(console: Console, transcript: list[Turn], outcome: Outcome,
     )
 
 
-def episodes_table(episodes: list, domain: str, limit: int) -> Table:
+def episodes_listing(episodes: list, domain: str, limit: int) -> Table:
     """One row per episode (the first `limit`): what it was and how it ended, from the policy's side."""
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for name, right in (("episode", False), ("policy", False), ("counterpart", False), ("role", False),

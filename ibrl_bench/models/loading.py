@@ -4,9 +4,12 @@ package, or a Hugging Face model id already in the local cache. Never downloads 
 A GGUF file is dequantized by transformers on load, which takes about 40 s for SmolLM2-135M on
 two cores (most of it reading metadata, not weights). The first load therefore converts the file
 once into an ordinary safetensors checkpoint under the cache folder ($IBRL_BENCH_CACHE, default
-~/.cache/ibrl-bench), keyed by the file's path, size and modification time; later loads read that
-in about a second. The conversion is written to a temporary folder and renamed into place, so
-concurrent processes never see half a checkpoint.
+~/.cache/ibrl-bench), keyed by the file's content (sha256) and the transformers version, so every
+copy of one file, in however many virtual environments or clones, shares one conversion (a key by
+path made one 80 MB conversion per fresh environment, without bound); later loads read that in
+about a second, plus the hash (about 0.1 s for SmolLM2's 90 MB, seconds for a multi-GB file).
+The conversion is written to a temporary folder and renamed into place, so concurrent processes
+never see half a checkpoint.
 """
 
 from __future__ import annotations
@@ -129,6 +132,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("IBRL_BENCH_CACHE") or Path.home() / ".cache" / "ibrl-bench")
 
 
+def conversion_key(gguf: Path, converter_version: str) -> str:
+    """What a conversion depends on: the file's bytes and the converting transformers' version."""
+    digest = hashlib.sha256()
+    with gguf.open("rb") as f:  # hashlib.file_digest is 3.11+; the project supports 3.10
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return hashlib.sha256(f"{digest.hexdigest()}|{converter_version}".encode()).hexdigest()[:16]
+
+
 def converted_gguf(source: ModelSource) -> Path:
     """The safetensors checkpoint converted from `source` (a GGUF), made on first use."""
     import transformers
@@ -136,10 +148,7 @@ def converted_gguf(source: ModelSource) -> Path:
 
     assert source.gguf_file is not None
     gguf = (source.folder / source.gguf_file).resolve()
-    stat = gguf.stat()
-    fingerprint = f"{gguf}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}"
-    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
-    target = cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+    target = cache_dir() / "gguf" / f"{gguf.stem}-{conversion_key(gguf, transformers.__version__)}"
     if (target / _DONE_MARKER).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -157,7 +166,7 @@ def converted_gguf(source: ModelSource) -> Path:
         model.generation_config = dequantized.generation_config
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / _DONE_MARKER).write_text(f'{{"from": "{gguf}", "size": {stat.st_size}}}\n')
+        (staging / _DONE_MARKER).write_text(f'{{"from": "{gguf}", "size": {gguf.stat().st_size}}}\n')
         try:
             staging.rename(target)
         except OSError:  # another process finished first; its copy is as good as ours

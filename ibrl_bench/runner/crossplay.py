@@ -43,10 +43,10 @@ from ibrl_bench.errors import FatalAgentError, UserError
 from ibrl_bench.runner.budget import Budget, BudgetReached
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.runner.metering import Metering
-from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso
+from ibrl_bench.runner.store import EpisodeRecord, Manifest, RunStore, now_iso, row_json
 
 if TYPE_CHECKING:
-    from ibrl_bench.runner.workers import WorkerPlan
+    from ibrl_bench.runner.workers import WorkerPlan, WorkerPool
 
 
 class CrossplayConfig(BaseModel):
@@ -150,7 +150,9 @@ class Crossplay:
                     f"unknown role {role!r} for {config.domain}; roles are {', '.join(self.domain.roles)}"
                 )
         self.roles = roles
-        self.scenario_set = self._scenarios()
+        # A worker process (out None) plays the jobs it is sent, each with its scenario: it needs
+        # no scenario set of its own, and generating one would hold up its start.
+        self.scenario_set = self._scenarios() if out is not None else None
         self.store = RunStore(out) if out is not None else None
         self.workers = workers
         self.max_turns = config.max_turns or self.domain.default_max_turns
@@ -266,24 +268,41 @@ class Crossplay:
         """Play the matrix's missing episodes, or of `jobs` (a part of it) the missing ones. A caller
         that plays several parts in turn keeps the agents open (`close_agents=False`) and closes
         them after the last (`aclose_agents`)."""
+        manifest = self.manifest()
+        pool = None
+        if self.workers is not None and not self.store.manifest_path.is_file():
+            from ibrl_bench.runner.workers import WorkerPool
+
+            # A new run plays every job: its workers start now and ready themselves while this
+            # process opens the run folder (a resumed run first learns whether any job is left).
+            pool = WorkerPool(self, planned_episodes(manifest.identity) if jobs is None else len(jobs))
+        try:
+            return await self._run(manifest, on_progress, jobs, close_agents, pool)
+        finally:
+            if pool is not None:
+                pool.close()
+
+    async def _run(self, manifest: Manifest, on_progress: Callable[[Progress], None] | None,
+                   jobs: list[Job] | None, close_agents: bool, pool: WorkerPool | None) -> Progress:
         # a cache that cannot open stops before the folder is made
         metering = Metering.open(self.config, self.domain, self.budget)
         try:
-            done = self.store.open(self.manifest())
+            done = self.store.open(manifest)
         except BaseException:
             metering.close()
             raise
-        pending = [job for job in (self.jobs() if jobs is None else jobs) if job.key not in done]
-        progress = Progress(total=self.total(), done=len(done), resumed=len(done))
+        jobs = list(self.jobs() if jobs is None else jobs)
+        pending = [job for job in jobs if job.key not in done] if done else jobs
+        progress = Progress(total=planned_episodes(manifest.identity), done=len(done), resumed=len(done))
         report = on_progress or (lambda p: None)
         report(progress)
         attempted = 0
         abort: list[BaseException] = []
 
-        def tally(key: str, status: str, last_error: str | None, line: str) -> BaseException | None:
-            """Record one finished episode (its JSON line); the reason to stop the run, if any."""
+        def tally(key: str, status: str, last_error: str | None, line: str, row: str) -> BaseException | None:
+            """Record one finished episode (its JSON line and row); the reason to stop the run, if any."""
             nonlocal attempted
-            self.store.append_line(line)
+            self.store.append_line(line, row)
             attempted += 1
             if status == "error":
                 progress.errors += 1
@@ -303,9 +322,13 @@ class Crossplay:
 
         try:
             if self.workers is not None and pending:
-                from ibrl_bench.runner.workers import play_on_workers
+                from ibrl_bench.runner.workers import WorkerPool
 
-                await play_on_workers(self, pending, tally, abort, progress)
+                pool = pool or WorkerPool(self, len(pending))
+                try:
+                    await pool.play(pending, tally, abort, progress)
+                finally:
+                    pool.close()
             else:
                 progress.playing_since = time.perf_counter()
                 await self._play_here(pending, tally, abort, metering.seats(self.seats))
@@ -355,7 +378,8 @@ class Crossplay:
                     stop(e)
                     return
                 last = record.errors[-1] if record.errors else None
-                reason = tally(record.key, record.outcome.status, last, record.model_dump_json())
+                line = record.model_dump_json()
+                reason = tally(record.key, record.outcome.status, last, line, row_json(line))
                 if reason is not None:
                     stop(reason)
                     return

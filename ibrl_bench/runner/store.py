@@ -405,10 +405,13 @@ class RunStore:
 
     # -- writing ---------------------------------------------------------------------------
     def append(self, record: EpisodeRecord) -> None:
-        self.append_line(record.model_dump_json())
+        line = record.model_dump_json()
+        self.append_line(line, row_json(line))
 
-    def append_line(self, text: str) -> None:
-        """Append one record given as its JSON text (as a worker process sends it)."""
+    def append_line(self, text: str, row: str) -> None:
+        """Append one record given as its JSON text, with its row as `row_json` wrote it (as a worker
+        process sends them: the process that made the record writes its row, so this one, which
+        may write for many workers, parses nothing)."""
         if self._fd is None:
             raise RuntimeError("RunStore.append before open")
         line = (scrub(text) + "\n").encode()
@@ -419,8 +422,7 @@ class RunStore:
         # next reader parses that line and the next `open` adds its entry.
         at, self._end, self._crc = self._end, self._end + len(line), zlib.crc32(line, self._crc)
         if self._summaries_fd is not None:
-            os.write(self._summaries_fd, _entry_line(_entry(EpisodeSummary.model_validate_json(line), at, self._end,
-                                                            self._crc)))
+            os.write(self._summaries_fd, f'{scrub(row)[:-1]},"log":[{at},{self._end},{self._crc}]}}\n'.encode())
         self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= 1.0:
@@ -457,6 +459,14 @@ def _atomic_write(path: Path, text: str) -> None:
 ENTRY_KEYS = frozenset(["key", "policy", "counterpart", "policy_role", "scenario_id", "seed", "status", "agreement",
                         "success", "policy_score", "counterpart_score", "policy_violated", "turns", "attempts",
                         "detail", "usage", "retries", "log"])
+
+
+def row_json(line: str) -> str:
+    """The row of the episode table of a record's JSON line, as JSON: its sidecar entry, less where
+    the line lies (`append_line` adds that as the entry's last field, as `_entry_line` writes it).
+    Read back from the line, so the row holds the values the log holds (a NaN score is the log's
+    null), as a reader of the log alone finds them."""
+    return json.dumps(episode_row(EpisodeSummary.model_validate_json(line)), separators=(",", ":"))
 
 
 def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, Any]:

@@ -2,12 +2,14 @@
 
 Each worker is a Ray actor with its own event loop that builds its own agents from the run's specs
 (runner/crossplay.py, `Crossplay(config, None)`) and plays the chunks of jobs it is sent,
-`concurrency` episodes at a time. It sends back each episode's record as a JSON line; this process
-(the driver) stays the only writer of the run folder, so resume, kill safety and the store's
-guarantees are those of a one-process run. Every worker has two chunks in hand, so it never waits
-for the driver between chunks. A worker that dies (killed, out of memory, a blocked event loop)
-costs the unfinished episodes of its chunks only: Ray restarts it and sends it those chunks again.
-A chunk that has killed its worker `DEATHS` times stops the run instead.
+`concurrency` episodes at a time. It sends back each episode's record as a JSON line, with its row
+of the episode table; this process (the driver) stays the only writer of the run folder, so resume,
+kill safety and the store's guarantees are those of a one-process run. A new run's workers start
+while the driver opens the run folder, and each is sent chunks as soon as it is ready. Every worker
+has two chunks in hand, so it never waits for the driver between chunks. A worker that dies
+(killed, out of memory, a blocked event loop) costs the unfinished episodes of its chunks only: Ray
+restarts it and sends it those chunks again. A chunk that has killed its worker `DEATHS` times
+stops the run instead.
 
 Local model seats (hf:, vllm:, or cards that name them) ask Ray for one GPU per worker when the
 cluster has GPUs, so each worker holds one engine on its own GPU; the driver checks their
@@ -30,6 +32,7 @@ from pydantic import BaseModel, Field
 from ibrl_bench.agents.base import Agent
 from ibrl_bench.agents.spec import Seat
 from ibrl_bench.errors import FatalAgentError, UserError
+from ibrl_bench.runner.store import row_json
 
 if TYPE_CHECKING:
     from ibrl_bench.runner.crossplay import Crossplay, Job, Progress
@@ -49,7 +52,7 @@ class WorkerPlan(BaseModel):
 
     workers: int | None = Field(None, ge=1)
     address: str | None = None
-    chunk: int | None = Field(None, ge=1)  # episodes per chunk; None: see play_on_workers
+    chunk: int | None = Field(None, ge=1)  # episodes per chunk; None: see WorkerPool
 
 
 def plan(workers: int | None, address: str | None) -> WorkerPlan | None:
@@ -178,9 +181,9 @@ class _Worker:
             self.seats = Metering.open(self.runner.config, self.runner.domain, None).seats(self.runner.seats)
         return os.getpid(), self.broken
 
-    async def play(self, jobs: list[Job]) -> tuple[list[tuple[str, str, str | None, str]], BaseException | None]:
-        """(key, status, last error, JSON line) per finished episode in job order, and the fatal
-        error that stopped the chunk, if any (the episodes finished before it are kept)."""
+    async def play(self, jobs: list[Job]) -> tuple[list[tuple[str, str, str | None, str, str]], BaseException | None]:
+        """(key, status, last error, JSON line, row) per finished episode in job order, and the
+        fatal error that stopped the chunk, if any (the episodes finished before it are kept)."""
         _, broken = await self.start()
         if broken is not None:  # restarted on a machine that cannot build the agents
             return [], UserError(_cannot_start(broken))
@@ -201,8 +204,11 @@ class _Worker:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 break
-            out.append((record.key, record.outcome.status, record.errors[-1] if record.errors else None,
-                        record.model_dump_json()))
+            line = record.model_dump_json()
+            # The row is read from the line here, where it costs this worker's CPU, rather than by
+            # the driver, which writes for every worker.
+            out.append((record.key, record.outcome.status, record.errors[-1] if record.errors else None, line,
+                        row_json(line)))
         return out, fatal
 
 
@@ -210,55 +216,74 @@ def chunked(jobs: list, size: int) -> deque[list]:
     return deque(jobs[i:i + size] for i in range(0, len(jobs), size))
 
 
-async def play_on_workers(runner: Crossplay, pending: list[Job],
-                          tally: Callable[[str, str, str | None, str], BaseException | None],
-                          abort: list[BaseException], progress: Progress) -> None:
-    """Play `pending` on the workers of `runner.workers`, handing each finished episode to `tally`
-    (which records it and may return a reason to stop); a stop reason lands in `abort`."""
-    ray = _ray()
-    plan = runner.workers
-    assert plan is not None
-    started = _connect(ray, plan)
-    workers: list = []
-    try:
-        resources = ray.cluster_resources()
-        unit = "GPU" if _local_model_seats(runner) and resources.get("GPU", 0) >= 1 else "CPU"
-        have = resources.get(unit, 1)
-        n = plan.workers or max(1, int(have))
-        per_worker = max(1, math.ceil(runner.config.concurrency / n))
-        # Small runs are cut finer, so that every worker has its chunks in hand.
-        size = plan.chunk or max(1, min(max(CHUNK, per_worker), math.ceil(len(pending) / (n * IN_HAND))))
-        n = min(n, math.ceil(len(pending) / size))  # no worker without a chunk to play
-        # One CPU (or GPU) each; more workers than the cluster has share them, rather than wait
-        # for resources that will never come free.
-        share = min(1.0, have / n)
-        actor = ray.remote(_Worker).options(
-            num_cpus=share if unit == "CPU" else 0, num_gpus=share if unit == "GPU" else 0,
-            # A dead worker is started again, and Ray sends the chunks it held to it again.
-            max_restarts=-1, max_task_retries=DEATHS - 1, max_concurrency=IN_HAND + 2,
-        )
-        config = runner.config.model_dump_json()
-        workers.extend(actor.remote(config, per_worker, os.getcwd()) for _ in range(n))
-        for _, broken in await _gather_refs(ray, [w.start.remote() for w in workers]):
-            if broken is not None:
-                raise UserError(_cannot_start(broken))
-        progress.playing_since = time.perf_counter()
-        await _feed(ray, workers, chunked(pending, size), tally, abort)
-    finally:
-        for worker in workers:  # the run's workers end with it, also on a cluster that outlives it
-            ray.kill(worker)
-        if started:
-            ray.shutdown()
+class WorkerPool:
+    """The worker actors of one run, sized for `n_episodes`. Creating it returns as soon as Ray has
+    been asked for the actors (after joining or starting Ray): they start, import the package and
+    build their agents meanwhile, and each one is fed chunks the moment it is ready, so a worker
+    that starts late (its process spawned afresh, on a slower node) holds up no other."""
+
+    def __init__(self, runner: Crossplay, n_episodes: int):
+        self.ray = ray = _ray()
+        plan = runner.workers
+        assert plan is not None
+        self.started_ray = _connect(ray, plan)
+        self.workers: list = []
+        self.ready: list[asyncio.Future] = []  # per worker: its start, done once it can play
+        try:
+            resources = ray.cluster_resources()
+            unit = "GPU" if _local_model_seats(runner) and resources.get("GPU", 0) >= 1 else "CPU"
+            have = resources.get(unit, 1)
+            n = plan.workers or max(1, int(have))
+            per_worker = max(1, math.ceil(runner.config.concurrency / n))
+            # Small runs are cut finer, so that every worker has its chunks in hand.
+            self.size = plan.chunk or max(1, min(max(CHUNK, per_worker), math.ceil(n_episodes / (n * IN_HAND))))
+            n = max(1, min(n, math.ceil(n_episodes / self.size)))  # no worker without a chunk to play
+            # One CPU (or GPU) each; more workers than the cluster has share them, rather than wait
+            # for resources that will never come free.
+            share = min(1.0, have / n)
+            actor = ray.remote(_Worker).options(
+                num_cpus=share if unit == "CPU" else 0, num_gpus=share if unit == "GPU" else 0,
+                # A dead worker is started again, and Ray sends the chunks it held to it again.
+                max_restarts=-1, max_task_retries=DEATHS - 1, max_concurrency=IN_HAND + 2,
+            )
+            config = runner.config.model_dump_json()
+            self.workers.extend(actor.remote(config, per_worker, os.getcwd()) for _ in range(n))
+            self.ready.extend(asyncio.ensure_future(_started(ray, w.start.remote())) for w in self.workers)
+        except BaseException:
+            self.close()
+            raise
+
+    async def play(self, pending: list[Job], tally: Callable[[str, str, str | None, str, str], BaseException | None],
+                   abort: list[BaseException], progress: Progress) -> None:
+        """Play `pending`, handing each finished episode to `tally` (which records it and may return
+        a reason to stop); a stop reason lands in `abort`."""
+        starting = dict(zip(self.ready, self.workers, strict=True))
+        await _feed(self.ray, starting, chunked(pending, self.size), tally, abort, progress)
+
+    def close(self) -> None:
+        """End the run's workers (also on a cluster that outlives the run); idempotent."""
+        for future in self.ready:
+            if not future.cancel() and not future.cancelled():
+                future.exception()  # a start that failed after the run ended says nothing more
+        for worker in self.workers:
+            self.ray.kill(worker)
+        self.workers = []
+        if self.started_ray:
+            self.ray.shutdown()
+            self.started_ray = False
 
 
-async def _gather_refs(ray, refs: list) -> list:
+async def _started(ray, ref) -> None:
+    """Wait for a worker's `start`; a worker that cannot play stops the run with one line."""
     try:
-        return await asyncio.gather(*refs)
+        _, broken = await ref
     except ray.exceptions.RayActorError as e:
         # A worker that cannot build its agents (a bad spec or card is caught before, in this
         # process; what is left is the worker's machine: a missing package, model or file).
         cause = getattr(e, "error_msg", None) or str(e)
         raise UserError(_cannot_start(cause.strip().splitlines()[-1])) from None
+    if broken is not None:
+        raise UserError(_cannot_start(broken))
 
 
 def _cannot_start(why: str) -> str:
@@ -266,21 +291,31 @@ def _cannot_start(why: str) -> str:
             "(same packages, files, models and key variables)")
 
 
-async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[BaseException]) -> None:
+async def _feed(ray, starting: dict[asyncio.Future, object], chunks: deque[list], tally,
+                abort: list[BaseException], progress: Progress) -> None:
+    """Send each worker IN_HAND chunks once it is ready (`starting`: its start, done when ready),
+    and another each time it returns one."""
     in_flight: dict[asyncio.Future, tuple[object, list]] = {}
+    starting = dict(starting)
 
     def send(worker) -> None:
         if chunks:
             chunk = chunks.popleft()
             in_flight[asyncio.ensure_future(worker.play.remote(chunk))] = (worker, chunk)
 
-    for _ in range(IN_HAND):
-        for worker in workers:
-            send(worker)
     try:
-        while in_flight and not abort:
-            done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        # A worker still starting when every chunk is out has nothing left to do: not waited for.
+        while (in_flight or (starting and chunks)) and not abort:
+            done, _ = await asyncio.wait([*in_flight, *starting], return_when=asyncio.FIRST_COMPLETED)
             for future in done:
+                if future in starting:
+                    worker = starting.pop(future)
+                    future.result()  # a worker that cannot play raises here
+                    if progress.playing_since is None:
+                        progress.playing_since = time.perf_counter()
+                    for _ in range(IN_HAND):
+                        send(worker)
+                    continue
                 worker, chunk = in_flight.pop(future)
                 try:
                     lines, fatal = future.result()
@@ -295,8 +330,8 @@ async def _feed(ray, workers: list, chunks: deque[list], tally, abort: list[Base
                         "worker logs under /tmp/ray/session_latest/logs); finished episodes are kept: fix the "
                         "agent and rerun the same command to resume"))
                     break
-                for key, status, last_error, line in lines:
-                    reason = tally(key, status, last_error, line)
+                for key, status, last_error, line, row in lines:
+                    reason = tally(key, status, last_error, line, row)
                     if reason is not None:
                         abort.append(reason)
                         break

@@ -23,7 +23,6 @@ import math
 import os
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -40,10 +39,11 @@ if TYPE_CHECKING:
 DEATHS = 3  # a chunk that kills this many workers is not sent again
 LOCAL_MODELS = ("hf", "vllm")
 IN_HAND = 2  # chunks a worker holds at once: one it plays, one queued behind it
-# Episodes per chunk (or a worker's concurrency, if more), unless the run is too small to give each
+# The smallest chunk (or a worker's concurrency, if more), unless the run is too small to give each
 # worker IN_HAND such chunks: a chunk costs the driver a Ray call (about a millisecond), which 32
 # scripted episodes amortise; a killed worker loses at most IN_HAND chunks' unfinished episodes.
 CHUNK = 32
+GROWTH = 8  # while much is left, chunks grow up to this many times the smallest (see Chunks)
 
 
 class WorkerPlan(BaseModel):
@@ -212,8 +212,25 @@ class _Worker:
         return out, fatal
 
 
-def chunked(jobs: list, size: int) -> deque[list]:
-    return deque(jobs[i:i + size] for i in range(0, len(jobs), size))
+class Chunks:
+    """The jobs still to send, cut as they are sent: each chunk an even share of what is left, as
+    if every worker's chunks in hand were a quarter of it, between `smallest` and `largest`. Large
+    while much is left (fewer Ray calls for the driver), `smallest` at the end (the workers
+    finish together rather than one waiting on another's last large chunk)."""
+
+    def __init__(self, jobs: list, workers: int, smallest: int, largest: int):
+        self.jobs, self.workers, self.smallest, self.largest = jobs, workers, smallest, largest
+        self.sent = 0
+
+    def __bool__(self) -> bool:
+        return self.sent < len(self.jobs)
+
+    def take(self) -> list:
+        left = len(self.jobs) - self.sent
+        size = max(self.smallest, min(self.largest, math.ceil(left / (4 * self.workers * IN_HAND))))
+        chunk = self.jobs[self.sent:self.sent + size]
+        self.sent += len(chunk)
+        return chunk
 
 
 class WorkerPool:
@@ -237,6 +254,7 @@ class WorkerPool:
             per_worker = max(1, math.ceil(runner.config.concurrency / n))
             # Small runs are cut finer, so that every worker has its chunks in hand.
             self.size = plan.chunk or max(1, min(max(CHUNK, per_worker), math.ceil(n_episodes / (n * IN_HAND))))
+            self.largest = plan.chunk or GROWTH * self.size
             n = max(1, min(n, math.ceil(n_episodes / self.size)))  # no worker without a chunk to play
             # One CPU (or GPU) each; more workers than the cluster has share them, rather than wait
             # for resources that will never come free.
@@ -258,7 +276,8 @@ class WorkerPool:
         """Play `pending`, handing each finished episode to `tally` (which records it and may return
         a reason to stop); a stop reason lands in `abort`."""
         starting = dict(zip(self.ready, self.workers, strict=True))
-        await _feed(self.ray, starting, chunked(pending, self.size), tally, abort, progress)
+        chunks = Chunks(pending, len(self.workers), self.size, self.largest)
+        await _feed(self.ray, starting, chunks, tally, abort, progress)
 
     def close(self) -> None:
         """End the run's workers (also on a cluster that outlives the run); idempotent."""
@@ -291,7 +310,7 @@ def _cannot_start(why: str) -> str:
             "(same packages, files, models and key variables)")
 
 
-async def _feed(ray, starting: dict[asyncio.Future, object], chunks: deque[list], tally,
+async def _feed(ray, starting: dict[asyncio.Future, object], chunks: Chunks, tally,
                 abort: list[BaseException], progress: Progress) -> None:
     """Send each worker IN_HAND chunks once it is ready (`starting`: its start, done when ready),
     and another each time it returns one."""
@@ -300,7 +319,7 @@ async def _feed(ray, starting: dict[asyncio.Future, object], chunks: deque[list]
 
     def send(worker) -> None:
         if chunks:
-            chunk = chunks.popleft()
+            chunk = chunks.take()
             in_flight[asyncio.ensure_future(worker.play.remote(chunk))] = (worker, chunk)
 
     try:

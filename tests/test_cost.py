@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from ibrl_bench.agents.spec import build_agent
 from ibrl_bench.domains import get_domain
 from ibrl_bench.errors import UserError
-from ibrl_bench.runner.cache import request_key, seat_identity
+from ibrl_bench.runner.cache import Cached, ResponseCache, request_key, seat_identity
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
 from ibrl_bench.runner.store import episode_row
 from ibrl_bench.stats.matrix import episodes_table, summarize
@@ -70,6 +70,15 @@ def test_a_rerun_against_the_cache_makes_no_request_costs_nothing_and_counts_its
                       n_planned=16).cells
     assert sum(c.usage["policy"].cache_hits for c in cells) == moves
     assert all(c.usage["policy"].cost_usd == 0 and c.usage["policy"].calls == 0 for c in cells)
+
+
+def test_a_reply_paid_twice_at_once_is_the_first_writers_in_both_processes(tmp_path):
+    first, second = ResponseCache(tmp_path), ResponseCache(tmp_path)  # two processes' connections
+    assert first.put("k", Cached("first", 1, 2, 0.5), "m") == Cached("first", 1, 2, 0.5)
+    assert second.put("k", Cached("second", 3, 4, 0.7), "m") == Cached("first", 1, 2, 0.5)
+    assert second.get("k") == first.get("k") == Cached("first", 1, 2, 0.5)
+    first.close()
+    second.close()
 
 
 def test_the_key_follows_snapshot_sampling_and_prompt_version_not_transport(tmp_path, monkeypatch):

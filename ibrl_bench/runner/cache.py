@@ -133,12 +133,14 @@ class ResponseCache:
 
     def put(self, key: str, reply: Cached, model: str) -> Cached:
         """Store a paid reply unless another writer stored this key first; return the stored one."""
+        stored = Cached(scrub(reply.text), reply.prompt_tokens, reply.completion_tokens, reply.cost_usd)
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO replies (key, text, prompt_tokens, completion_tokens, cost_usd, "
-                             "model) VALUES (?, ?, ?, ?, ?, ?)",
-                             (key, scrub(reply.text), reply.prompt_tokens, reply.completion_tokens, reply.cost_usd,
-                              model))
-        return self.get(key) or reply
+            inserted = self._db.execute(
+                "INSERT OR IGNORE INTO replies (key, text, prompt_tokens, completion_tokens, cost_usd, model) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key, stored.text, stored.prompt_tokens, stored.completion_tokens, stored.cost_usd, model)).rowcount
+        # Read back only when another writer was first: a row this call inserted is `stored`.
+        return stored if inserted else (self.get(key) or reply)
 
     def __len__(self) -> int:
         with self._lock:

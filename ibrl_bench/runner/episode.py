@@ -116,6 +116,9 @@ async def _act(agent: Agent, obs: Observation, name: str | None) -> Reply:
 
 async def _all(coros) -> list[Reply]:
     """Await simultaneous moves; if one fails, cancel the others instead of leaving them running."""
+    coros = list(coros)
+    if len(coros) == 1:  # one mover (most moves): awaited in this task, with no task of its own
+        return [await coros[0]]
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         return list(await asyncio.gather(*tasks))

@@ -1,16 +1,23 @@
 """Cross-play on Ray worker processes (`crossplay --workers N`) against one worker, in one run:
 
-1. scripted CPU-bound matrix: episodes/s with 2 workers over 1 worker (target >= 1.7x on 2 cores),
-   with the one-process run (no Ray) beside them;
+1. scripted CPU-bound matrix (--scenarios x 8 episodes): episodes/s with 2 workers over 1 worker,
+   target >= 1.7x by wall on 2 cores, with the one-process run (no Ray) beside them;
 2. API-bound against the fake OpenAI-compatible endpoint (ibrl_bench.testing.fake_openai, in its
-   own process) at --low and --high concurrent episodes: episodes/s with 2 workers over 1, and at
-   --low the ratio to the latency bound, concurrency / (model rounds per episode x latency).
+   own process, so its CPU is not this process's) at --low and --high concurrent episodes:
+   episodes/s with 2 workers over 1, and the bounds beside them, measured on the same endpoint
+   in the same run: the client stack alone (requests straight through the openai backend's
+   `complete` under the retry layer, no episodes) and a bare aiohttp session (the transport
+   under the openai client), each at the same concurrency for the same number of calls. At
+   --low, everything is also read as a ratio to the latency bound, concurrency / (model rounds
+   per episode x latency); target >= 0.879 (what a thread-per-episode harness reached on the
+   same endpoint); a bound's ratio is latency / its mean latency per call.
 
 Runs are interleaved (one process, 1 worker, 2 workers, repeated) so a shared machine's load
 touches each alike; the median of --repeats is reported with the load average before and after.
-Rates are read two ways: `wall` over the whole run (Ray's worker processes start in every run, as
-in a user's command) and `playing`, from the moment the episodes began (Progress.playing_since:
-after the workers started and built their agents) to the end.
+Rates are read two ways: `wall` over the whole run, from `Crossplay.run()` to its end (Ray itself
+is started once before all runs, but each run starts its own worker processes, as a user's
+command does), and `playing`, from the moment the first worker could play
+(Progress.playing_since) to the end. `targets` at the end prints each target with its ratio.
 
     python benchmarks/workers_throughput.py [--scenarios 1000] [--repeats 3] [--latency-ms 50]
 """
@@ -28,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from endpoint_throughput import SPEC, start_endpoint
+from endpoint_throughput import SPEC, bare_aiohttp, client_stack, start_endpoint
 
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 from ibrl_bench.runner.workers import WorkerPlan
@@ -101,6 +108,8 @@ def main() -> None:
     scripted = CrossplayConfig(scenarios=args.scenarios, concurrency=16, **SCRIPTED)
     report["scripted"], _ = compare(scripted, args.repeats)
     report["scripted"]["episodes_per_run"] = 8 * args.scenarios
+    targets = {"scripted: 2 workers / 1 worker, episodes/s by wall (target >= 1.7)":
+               report["scripted"]["ratio_2_over_1_workers"]["wall"]}
     if not args.skip_api:
         proc, url = start_endpoint(args.latency_ms)
         try:
@@ -111,15 +120,30 @@ def main() -> None:
                 level, med = compare(config, args.repeats, one_process=True)
                 level["episodes_per_run"] = 2 * scenarios
                 level["concurrency"] = conc
+                calls = int(2 * scenarios * level["rounds_per_episode"])  # about a run's calls
+                bounds = {way: [fn(url, conc, calls) for _ in range(args.repeats)]
+                          for way, fn in (("client_stack", client_stack), ("bare_aiohttp", bare_aiohttp))}
+                level["bounds_calls_per_s"] = {way: round(statistics.median(r["calls_per_s"] for r in rs), 1)
+                                               for way, rs in bounds.items()}
+                latency = {way: statistics.median(r["mean_latency_s"] for r in rs) for way, rs in bounds.items()}
+                level["bounds_mean_latency_ms"] = {way: round(v * 1000, 2) for way, v in latency.items()}
                 if name == "low":
                     bound = conc / (level["rounds_per_episode"] * args.latency_ms / 1000)
                     level["latency_bound_episodes_per_s"] = round(bound, 2)
-                    level["ratio_to_latency_bound"] = {n: {w: round(v / bound, 3) for w, v in m.items()}
-                                                       for n, m in med.items()}
+                    ratios = {n: {w: round(v / bound, 3) for w, v in m.items()} for n, m in med.items()}
+                    ratios |= {way: round(args.latency_ms / 1000 / v, 3) for way, v in latency.items()}
+                    level["ratio_to_latency_bound"] = ratios
+                    for n in ("one_process", "workers_2"):
+                        targets[f"api at {conc}: {n}, ratio to the latency bound by wall (target >= 0.879)"] = \
+                            ratios[n]["wall"]
+                    targets[f"api at {conc}: bounds (client stack, bare aiohttp)"] = \
+                        [ratios["client_stack"], ratios["bare_aiohttp"]]
+                targets[f"api at {conc}: 2 workers / 1 worker, by wall"] = level["ratio_2_over_1_workers"]["wall"]
                 report[f"api_{name}"] = level
         finally:
             proc.terminate()
             proc.wait()
+    report["targets"] = targets
     report["load_average_after"] = os.getloadavg()
     ray.shutdown()
     print(json.dumps(report, indent=2))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig, RunAborted
-from ibrl_bench.runner.workers import WorkerPlan
+from ibrl_bench.runner.workers import IN_HAND, Chunks, WorkerPlan
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ibrl-bench[ray]'); CI installs it")
 
@@ -102,6 +102,21 @@ def reference(one_process, pids) -> Path:
 
 def lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_chunks_send_every_job_once_in_order_large_while_much_is_left_and_small_at_the_end():
+    jobs = list(range(8000))
+    chunks = Chunks(jobs, workers=2, smallest=32, largest=256)
+    sizes, sent = [], []
+    while chunks:
+        sizes.append(len(chunk := chunks.take()))
+        sent.extend(chunk)
+    assert sent == jobs
+    assert sizes[0] == 256 and sizes[-1] <= 32 and all(32 <= n <= 256 for n in sizes[:-1])
+    assert sizes == sorted(sizes, reverse=True)
+    assert len(sizes) < 8000 / 32 / 3, "no fewer Ray calls than with fixed chunks of the smallest size"
+    # The last chunks in hand (IN_HAND per worker) are the smallest: the workers finish together.
+    assert sizes[-2 * IN_HAND:-1] == [32] * (2 * IN_HAND - 1)
 
 
 @pytest.mark.slow

@@ -113,7 +113,7 @@ class Progress:
     done: int = 0  # finished this run or earlier (not errors)
     errors: int = 0  # episodes recorded as error in this run
     resumed: int = 0  # done before this run started
-    playing_since: float | None = None  # time.perf_counter() when episodes began (after any worker start-up)
+    playing_since: float | None = None  # time.perf_counter() when episodes began (with workers: the first one ready)
 
 
 def grown(config: CrossplayConfig, out: str | Path) -> CrossplayConfig:

@@ -186,6 +186,10 @@ def _iv(x: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(x['estimate'])} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
 
 
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def gate_table(gate: dict[str, Any]) -> list[str]:
     """The warm-start gate's numbers per partner, as markdown table lines."""
     lines = ["| partner | episodes | invalid | own reward > 0 | agreement | mean own reward |",
@@ -226,10 +230,8 @@ def markdown(state: dict[str, Any], windows: list[dict[str, Any]], rows: list[di
               "| run | role | trained | SFT start | gain [95% CI] | p | p (Holm) | learned |",
               "|---|---|---|---|---|---|---|---|"]
     for e in gates:
-        p_holm = "n/a" if e["p_holm"] is None else f"{e['p_holm']:.3f}"
-        p = "n/a" if e["p"] is None else f"{e['p']:.3f}"
-        lines.append(f"| {e['run']} | {e['role']} | {e['trained']:.2f} | {e['sft']:.2f} | {_iv(e, '{:+.2f}')} | {p} | "
-                     f"{p_holm} | {'yes' if e['learned'] else '**did not learn**'} |")
+        lines.append(f"| {e['run']} | {e['role']} | {e['trained']:.2f} | {e['sft']:.2f} | {_iv(e, '{:+.2f}')} | "
+                     f"{_p(e['p'])} | {_p(e['p_holm'])} | {'yes' if e['learned'] else '**did not learn**'} |")
     lines += ["", "## Reward during training, last steps minus first (descriptive; does not decide)", "",
               rollouts, "",
               "| run | role | first | last | last - first [95% CI] | groups with signal, first -> last |",

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from ibrl_bench.cli import cli
+from ibrl_bench.errors import UserError
 from ibrl_bench.runner.adaptive import LOOK_CONFIDENCE, looks, run_adaptive
 from ibrl_bench.runner.crossplay import Crossplay, CrossplayConfig
 
@@ -64,3 +66,31 @@ def test_crossplay_prints_each_cells_stop_and_the_rule(tmp_path):
         assert "unfinished" not in again.output and "unfinished" not in (again.stderr or ""), command
     stopped = json.loads((out / "adaptive.json").read_text())["cells"]
     assert json.loads((out / "results.json").read_text())["n_planned"] == sum(c["planned"] for c in stopped) < 20
+
+
+def test_an_unknown_target_metric_is_refused_before_anything_is_played(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["crossplay", "--policy", FAIR, "--counterpart", RANDOM, "--scenarios", "20",
+                                      "--target-halfwidth", "0.2", "--target-metric", "pareto", "--out", str(out)])
+    # (the `ibrl-bench` entry point prints a UserError as its one line)
+    assert isinstance(result.exception, UserError)
+    assert "--target-metric pareto is not a metric of dealnodeal" in str(result.exception)
+    assert "pareto_optimal" in str(result.exception)  # the domain's own metrics are offered
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("domain, policy, counterpart, role", [
+    ("dealnodeal", FAIR, HARDLINER, "a"),
+    ("telesales", "scripted:telesales/consultative", "scripted:telesales/skeptical", "seller"),
+])
+def test_a_domain_declares_exactly_the_metrics_its_outcomes_carry(tmp_path, domain, policy, counterpart, role):
+    # The declaration is what --target-metric is checked against before a run; an outcome path that
+    # adds or drops a key would make that check refuse a real metric or admit a missing one.
+    runner = Crossplay(CrossplayConfig(domain=domain, policies=[policy], counterparts=[counterpart], roles=[role],
+                                       scenarios=12),
+                       tmp_path / "run")
+    asyncio.run(runner.run())
+    records = runner.store.records()
+    assert {r.outcome.status for r in records} >= {"ok"}
+    for r in records:
+        assert set(r.outcome.metrics) == set(runner.domain.metric_names), (r.outcome.status, r.outcome.detail)

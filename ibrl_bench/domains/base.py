@@ -178,6 +178,9 @@ class Domain(ABC):
     name: str
     roles: tuple[Role, Role]
     default_max_turns: int
+    # The keys of every Outcome.metrics, so a metric named on the command line (--target-metric) is
+    # checked before anything is played rather than after the first round.
+    metric_names: tuple[str, ...] = ()
 
     @abstractmethod
     def scenario_set(self, split: str = "test", n: int | None = None) -> ScenarioSet:

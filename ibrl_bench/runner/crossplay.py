@@ -150,6 +150,13 @@ class Crossplay:
                     f"unknown role {role!r} for {config.domain}; roles are {', '.join(self.domain.roles)}"
                 )
         self.roles = roles
+        if config.target_metric is not None:
+            from ibrl_bench.stats.cells import BUILTIN_METRICS
+
+            known = [*BUILTIN_METRICS, *self.domain.metric_names]
+            if config.target_metric not in known:
+                raise UserError(f"--target-metric {config.target_metric} is not a metric of {config.domain}; "
+                                f"choose one of {', '.join(known)}")
         self.scenario_set = self._scenarios()
         self.store = RunStore(out) if out is not None else None
         self.workers = workers

@@ -39,6 +39,7 @@ class DealOrNoDeal(Domain):
     name = "dealnodeal"
     roles = ("a", "b")
     default_max_turns = DEFAULT_MAX_TURNS
+    metric_names = ("pareto_optimal", "ended_by_selection")
     prompt_version = prompts.PROMPT_VERSION
     prompt_hash = prompts.PROMPT_HASH
     prompts = prompts.PROMPTS  # last: from here on the class body's `prompts` is the dict

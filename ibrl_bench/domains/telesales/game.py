@@ -61,6 +61,8 @@ class TeleSales(Domain):
     name = "telesales"
     roles = (SELLER, BUYER)
     default_max_turns = DEFAULT_MAX_TURNS
+    metric_names = ("fell_through", "buyer_left", "offers", "invalid_offers", "turns", "price_share_of_list",
+                    "seller_margin", "buyer_surplus", *(f"success_{t}" for t in TIERS))
     prompt_version = prompts.PROMPT_VERSION
     prompt_hash = prompts.PROMPT_HASH
     prompts = prompts.PROMPTS  # last: from here on the class body's `prompts` is the dict

@@ -790,7 +790,8 @@ def train(method, recipe, quiet, overrides) -> None:
 @click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
 def miniature(recipe, overrides) -> None:
     """The paper's experiment in miniature, end to end on a CPU: transcripts, SFT, the warm-start
-    gate, IB-RL, unilateral (vs the frozen SFT copy and vs boulware), cross-play, mismatch, report.
+    gate, IB-RL, unilateral (vs the frozen SFT copy and vs boulware), the learning gate (each trained
+    role against its SFT start, paired), cross-play, mismatch, report.
 
     Writes OUT/summary.json (every stage, wall and CPU seconds) and OUT/report.md with curves.png.
     Exits 3 when the warm-start gate stops the run (the numbers are in OUT/report.md). A repeated

@@ -19,18 +19,26 @@ Stages, in order; each writes OUT/<stage>/ and its line of OUT/summary.json (wal
   unilateral-boulware  the same role against scripted boulware (secondary)        train.unilateral
                        (the same steps, scenarios and group size as IB-RL: the same episodes per
                        trained role)
+  learning             the learning gate: every trained role's final checkpoint and the SFT start,
+                       in that role, against the run's training partner, on `eval_scenarios` fresh
+                       train scenarios that no RL step drew, `group_size` episodes each, at the RL
+                       temperature; paired t over scenario means, Holm over the trained roles
   crossplay            every checkpoint and the SFT reference, in that role, against the held-out
                        panel and against every training counterpart (the test split)
   mismatch             per method: the gap and the difference-in-differences against the SFT
                        reference (stats.mismatch); IB-RL against each unilateral run: the paired
                        difference of their DiDs, a cluster bootstrap over scenarios
   report               learning curves (OUT/curves.png), the learning gate per trained role, the
-                       table: OUT/report.md
+                       table: OUT/report.md (rewritten by every command: it only reads the stages
+                       before it)
 
-Learning gate: per trained role, the mean reward against its training partner over the last
-`learning_window` steps minus the first, with a Welch t interval over the steps' groups (one per
-scenario); a role whose interval does not exclude 0 "did not learn", and the report claims
-nothing about it.
+Learning gate (declared after seeds 0 and 1 were seen, before seed 2; RESULTS.md): a role learned
+if its final checkpoint beats the SFT start against the same partner on the same scenarios, the
+Holm-adjusted p-value of the paired t (over the trained roles of the run) below 0.05 and the gain
+positive. A role that did not learn is reported as "did not learn", and the report claims nothing
+about it. The reward over the last `learning_window` RL steps minus the first (Welch t over the
+steps' groups) stays in the report as a descriptive line: its two windows hold different
+scenarios, whose draw alone moves it by about two points.
 
 Every model speaks the compact prompt and every scripted agent is terse (the miniature's policies
 learned the protocol from terse transcripts; the scripted strategies are the same as the verbose
@@ -53,15 +61,17 @@ from ibrl_bench.domains.base import content_hash
 from ibrl_bench.errors import UserError
 
 DOMAIN = "dealnodeal"
-STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-boulware", "crossplay", "mismatch",
-          "report")
+STAGES = ("transcripts", "sft", "gate", "ibrl", "unilateral-sft", "unilateral-boulware", "learning", "crossplay",
+          "mismatch", "report")
 # The recipe fields each stage reads, on top of those of the stages before it: a stage is reused
 # when these are unchanged (so a new RL setting does not rebuild the transcripts and the SFT model).
 READS = {"transcripts": ["negotiators", "transcript_scenarios", "max_turns", "heldout"],
          "sft": ["sft", "prompt", "max_new_tokens", "max_length", "seed"], "gate": ["gate", "temperature"],
          "ibrl": ["rl", "rl_temperature"], "unilateral-sft": ["unilateral_role", "partner_temperature"],
-         "unilateral-boulware": [],
-         "crossplay": ["eval_scenarios"], "mismatch": [], "report": ["learning_window"]}
+         "unilateral-boulware": [], "learning": ["eval_scenarios"],
+         "crossplay": [], "mismatch": [], "report": ["learning_window"]}
+RERUN = {"report"}  # cheap, and reads only the stages before it: rewritten by every command
+SEED_OFFSET = 2000  # the learning gate's episode seeds, apart from the RL rollouts' (rollout.episode_seed)
 BOULWARE = "scripted:dealnodeal/boulware?terse=true"
 HELDOUT = ["scripted:dealnodeal/conceder?terse=true", "scripted:dealnodeal/hardliner?terse=true",
            "scripted:dealnodeal/random?terse=true"]
@@ -139,7 +149,7 @@ def _run_stage(name: str, config: MiniatureConfig, out: Path, recipe_hash: str, 
                progress: Callable[[str], None]) -> Stage:
     folder = out / name
     done = folder / "done.json"
-    if done.is_file():
+    if done.is_file() and name not in RERUN:
         saved = json.loads(done.read_text())
         if saved.get("recipe") == recipe_hash:
             stage = Stage(**saved["stage"])
@@ -148,6 +158,7 @@ def _run_stage(name: str, config: MiniatureConfig, out: Path, recipe_hash: str, 
             state[name] = stage.result
             progress(f"{name}: reused {folder}")
             return stage
+    if done.is_file():
         # Finished under other settings: its run folders would refuse the new ones (or resume
         # them from the old), so the stage starts over. A stage interrupted midway (no done.json)
         # keeps its folder and resumes.
@@ -295,6 +306,73 @@ def _unilateral(counterpart: str) -> Callable[[MiniatureConfig, Path, dict[str, 
     return stage
 
 
+def trained_roles(config: MiniatureConfig, state: dict[str, Any]) -> list[dict[str, str]]:
+    """Every trained role of the three RL runs: its run, role, final checkpoint and the training
+    partner as it sampled in the rollouts (the other IB-RL role, the frozen SFT copy, boulware)."""
+    t = rl_temperature(config)
+    a, b = state["ibrl"]["checkpoints"]["a"], state["ibrl"]["checkpoints"]["b"]
+    role = config.unilateral_role
+    return [{"run": "IB-RL", "role": "a", "checkpoint": a, "partner": model_spec(b, config, t)},
+            {"run": "IB-RL", "role": "b", "checkpoint": b, "partner": model_spec(a, config, t)},
+            *({"run": label, "role": role, "checkpoint": state[stage]["checkpoint"],
+               "partner": state[stage]["counterpart"]}
+              for stage, label in (("unilateral-sft", "unilateral vs SFT"),
+                                   ("unilateral-boulware", "unilateral vs boulware")))]
+
+
+def fresh_scenarios(scenarios: Any, steps: int, per_step: int, count: int, seed: int) -> list[Any]:
+    """`count` train scenarios that no RL step drew: the runs' seeded order (rollout.step_scenarios)
+    walked on from the position after the last step's, skipping any scenario a step drew."""
+    from ibrl_bench.train.rollout import step_scenarios
+
+    drawn = {s.id for step in range(1, steps + 1) for s in step_scenarios(scenarios, step, per_step, seed)}
+    if len(scenarios.scenarios) - len(drawn) < count:
+        raise UserError(f"the train split holds {len(scenarios.scenarios) - len(drawn)} scenarios that no RL step "
+                        f"drew, fewer than eval_scenarios={count}; lower eval_scenarios or the RL steps")
+    fresh: list[Any] = []
+    position = (steps + 1) * per_step
+    while len(fresh) < count:
+        (s,) = step_scenarios(scenarios, position, 1, seed)  # one scenario a "step": the order's position
+        if s.id not in drawn and all(s.id != f.id for f in fresh):
+            fresh.append(s)
+        position += 1
+    return fresh
+
+
+def learning(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """The learning gate (module docstring): each trained role's final checkpoint and the SFT start
+    play the same fresh scenarios against the same partner, with the same episode seeds."""
+    from ibrl_bench.agents.spec import build_agent
+    from ibrl_bench.domains import get_domain
+    from ibrl_bench.train import miniature_report
+    from ibrl_bench.train.ibrl import IBRLConfig
+    from ibrl_bench.train.rollout import close_agents, collect
+
+    rl = IBRLConfig(**_rl_fields(config, state, folder))
+    domain = get_domain(DOMAIN)
+    scenarios = fresh_scenarios(domain.scenario_set("train", None), rl.steps, rl.scenarios_per_step,
+                                config.eval_scenarios, config.seed)
+    t = rl_temperature(config)
+    cases = []
+    for case in trained_roles(config, state):
+        other = "b" if case["role"] == "a" else "a"
+        played = {}
+        for side, checkpoint in (("trained", case["checkpoint"]), ("sft", state["sft"]["checkpoint"])):
+            agents = {case["role"]: build_agent(model_spec(checkpoint, config, t), DOMAIN).agent,
+                      other: build_agent(case["partner"], DOMAIN).agent}
+            try:
+                groups = collect(domain, scenarios, agents, rl.group_size, config.seed + SEED_OFFSET, rl.steps + 1, [],
+                                 config.max_turns)
+            finally:
+                close_agents(agents)
+            played[side] = {g.scenario.id: g.rewards(case["role"]) for g in groups}
+        cases.append({**case, **played})
+    gates = miniature_report.paired_gates(cases)
+    (folder / "episodes.json").write_text(json.dumps(cases, indent=1) + "\n")  # every reward, for a reader to redo
+    return {"gates": gates, "temperature": t, "scenarios": len(scenarios), "episodes_per_scenario": rl.group_size,
+            "file": str(folder / "episodes.json")}
+
+
 def methods(config: MiniatureConfig, state: dict[str, Any]) -> dict[str, dict[str, str]]:
     """Each evaluated policy (in the unilateral role): its spec and its training counterpart's."""
     role = config.unilateral_role
@@ -360,20 +438,20 @@ def report(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict
 
     out = folder.parent
     curves = miniature_report.curves(out, config)
-    gates = miniature_report.learning_gates(out, config)
+    windows = miniature_report.window_differences(out, config)
     table = miniature_report.table(state["crossplay"]["run"], state["crossplay"]["methods"], config)
     mismatch_data = json.loads(Path(state["mismatch"]["file"]).read_text())
     from ibrl_bench.runs import load_run
 
     paired = miniature_report.paired_gains(load_run(state["crossplay"]["run"]).episodes, state["crossplay"]["methods"])
-    text = miniature_report.markdown(state, gates, table, mismatch_data, curves, config, paired)
+    text = miniature_report.markdown(state, windows, table, mismatch_data, curves, config, paired)
     (out / "report.md").write_text(text)
-    return {"report": str(out / "report.md"), "curves": str(curves), "learning": gates, "paired": paired}
+    return {"report": str(out / "report.md"), "curves": str(curves), "windows": windows, "paired": paired}
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[MiniatureConfig, Path, dict[str, Any]], dict[str, Any]]] = {
     "transcripts": transcripts, "sft": sft, "gate": gate, "ibrl": ibrl,
-    "unilateral-sft": _unilateral("sft"), "unilateral-boulware": _unilateral(BOULWARE),
+    "unilateral-sft": _unilateral("sft"), "unilateral-boulware": _unilateral(BOULWARE), "learning": learning,
     "crossplay": crossplay, "mismatch": mismatch, "report": report,
 }
 

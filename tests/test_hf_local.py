@@ -4,14 +4,17 @@ adapters, prompt cutting, and the one-line errors for bad specs."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("the [hf] extra is not installed", allow_module_level=True)
 
+from ibrl_bench.agents.base import Agent  # noqa: E402
 from ibrl_bench.agents.generation import GenRequest  # noqa: E402
 from ibrl_bench.agents.hf_local import HFAgent, HFParams  # noqa: E402  (imports torch after its settings)
 from ibrl_bench.agents.spec import build_agent  # noqa: E402
@@ -274,3 +277,78 @@ def test_the_prefix_cache_keeps_only_the_most_recent_dialogues_and_never_for_tra
     tracing = HFAgent(agent.model, agent.tokenizer, agent.params, GAME, agent.prompt_budget + 4, trace=True)
     play_all(tracing, scenarios=SCENARIOS[:2])
     assert not tracing.prefixes and tracing.reused_tokens == 0
+
+
+class Recording(Agent):
+    """Passes moves through to `inner`, keeping each observation and the reply given there."""
+
+    def __init__(self, inner: Agent):
+        self.inner, self.moves = inner, []
+
+    async def act(self, obs):
+        reply = await self.inner.act(obs)
+        self.moves.append((obs, reply.text))
+        return reply
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def reask_all(agent: HFAgent, moves) -> list[str]:
+    async def main():
+        try:
+            return await asyncio.gather(*(agent.reask(obs, text) for obs, text in moves))
+        finally:
+            await agent.aclose()
+
+    return asyncio.run(main())
+
+
+# A trained miniature checkpoint that the dealnodeal board ships (0.6 MB): it writes moves in the
+# tokens a tokenizer gives them, as trained models do, where a random model writes byte soup.
+TRAINED = Path(__file__).resolve().parents[1] / "leaderboards/dealnodeal/checkpoints/miniature-ibrl-a-seed0"
+
+
+def test_a_recorded_greedy_move_is_confirmed_without_decoding_and_any_other_is_decoded():
+    """The verifier's `reask`: the model's own greedy replies come back from one forward pass, with
+    no decoding; a reply cut short by a token, or another reply, is decoded and the model's stands."""
+    agent = build_agent(f"hf:{TRAINED}?prompt=compact&max_new_tokens=24&batch_size=8", "dealnodeal").agent
+    recorder = Recording(agent)
+    play_all(recorder, seeds=(0, 1), scenarios=SCENARIOS[:4], max_turns=6)
+    moves, decoded = recorder.moves, agent.batcher.stats.requests
+    assert len(moves) >= 16
+
+    assert reask_all(agent, moves) == [text for _, text in moves]
+    assert agent.checker.stats.requests == len(moves)
+    confirmed = len(moves) - (agent.batcher.stats.requests - decoded)
+    assert confirmed >= 0.9 * len(moves), (confirmed, len(moves))  # the few left were decoded again
+
+    tok = agent.tokenizer
+    cut = []  # each reply without its last token: greedy decoding goes on past it
+    for obs, text in moves:
+        ids = tok.encode(" " + text, add_special_tokens=False)
+        shorter = tok.decode(ids[:-1], skip_special_tokens=True).strip()
+        if len(ids) > 1 and shorter != text:
+            cut.append((obs, shorter, text))
+    assert len(cut) >= 8
+    decoded = agent.batcher.stats.requests
+    assert reask_all(agent, [(obs, shorter) for obs, shorter, _ in cut]) == [text for *_, text in cut]
+    assert agent.batcher.stats.requests - decoded == len(cut)  # none confirmed: each decoded
+    forged = "<propose>book=0 hat=0 ball=0</propose>"
+    assert reask_all(agent, [(obs, forged) for obs, _ in moves[:8]]) == [text for _, text in moves[:8]]
+
+
+def test_a_generation_config_that_changes_greedy_choices_is_decoded_not_scored(tiny_model):
+    """A repetition penalty in the model's own generation config (which `generate` applies) makes
+    greedy decoding differ from the logits' argmax: such a model's moves are always decoded."""
+    plain = build_agent(f"hf:{tiny_model}?max_new_tokens=12", "dealnodeal").agent
+    model = copy.deepcopy(plain.model)
+    model.generation_config.repetition_penalty = 5.0
+    penalised = HFAgent(model, plain.tokenizer, plain.params, GAME, plain.prompt_budget + 12)
+    assert plain.checker is not None and penalised.checker is None
+    recorder = Recording(penalised)
+    play_all(recorder, scenarios=SCENARIOS[:4], max_turns=4)
+    unpenalised = Recording(plain)
+    play_all(unpenalised, scenarios=SCENARIOS[:4], max_turns=4)
+    assert [t for _, t in recorder.moves] != [t for _, t in unpenalised.moves]  # the penalty changes moves
+    assert reask_all(penalised, recorder.moves) == [t for _, t in recorder.moves]

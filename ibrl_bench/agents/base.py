@@ -59,6 +59,12 @@ class Agent(ABC):
     @abstractmethod
     async def act(self, obs: Observation) -> Reply: ...
 
+    async def reask(self, obs: Observation, recorded: str) -> str:
+        """What the agent says at `obs`, asked by a verifier that holds the move `recorded` there.
+        A deterministic backend may confirm `recorded` without producing it (an `hf:` model scores
+        it in one forward pass: agents/hf_local.py); whatever it cannot confirm is what `act` says."""
+        return (await self.act(obs)).text
+
     async def aclose(self) -> None:
         """Release connections, engines, threads. Called once when a run ends."""
         return None  # a concrete default: agents that hold nothing need not override it

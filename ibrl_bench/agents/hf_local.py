@@ -40,6 +40,14 @@ layers x 2 x kv_heads x head_dim values per token (SmolLM2-135M in float32: 46 k
 40 MB for a long Deal-or-NoDeal dialogue). Agents that trace (the trainers) do not use it: their
 weights change between rollouts, and a kept prefix would be stale.
 
+Confirming a recorded move (the leaderboard's verifier, `reask`). Greedy decoding yields tokens
+t_1..t_n exactly when, fed the prompt and t_1..t_(i-1), the model's most likely next token is t_i
+for every i, and then an end id (unless n is `max_new_tokens`). So a recorded reply is tokenized
+and scored with the prompt in one forward pass, a batch of them at a time, instead of decoded token
+by token. Only a confirmation is taken from it: a reply that tokenizes otherwise than the model
+wrote it, a near-tie that rounds the other way, or a model whose generation config changes greedy
+choices (a repetition penalty, say) is decoded as `act` would, and that answer stands.
+
 Traces (for the trainers, never set by a spec). An agent built with `trace=True` attaches to each
 reply the prompt ids it fed the model, the ids it generated (up to and including the first
 end-of-sequence id, found by position, so a pad id equal to it is harmless) and their
@@ -76,7 +84,7 @@ from ibrl_bench.agents.batching import Batcher
 from ibrl_bench.agents.generation import BatchedAgent, GenRequest, GenResult, require_prompts
 from ibrl_bench.agents.params import GenerationParams, HFParams, parse_params
 from ibrl_bench.agents.spec import AgentSpec
-from ibrl_bench.domains.base import Domain
+from ibrl_bench.domains.base import Domain, Observation
 from ibrl_bench.models.chat_template import end_ids, prompt_budget, prompt_ids, reply_length
 from ibrl_bench.models.loading import load_model, resolve_source
 
@@ -128,6 +136,9 @@ class HFAgent(BatchedAgent):
         self.prefixes: OrderedDict[str, _Prefix] = OrderedDict()
         self.keep_prefixes = 0 if trace else params.prefix_cache
         self.reused_tokens = 0  # prompt tokens not recomputed thanks to the prefix cache
+        self.checker: Batcher[_Recorded, bool] | None = None
+        if params.temperature == 0 and adapters is None and not trace and _greedy_is_argmax(model):
+            self.checker = Batcher(self.confirm_batch, params.batch_size, params.window_ms / 1000)
 
     def generate_batch(self, requests: list[GenRequest]) -> list[GenResult]:
         """Decode a batch in one `generate` call. Runs in the batcher's worker thread, which is
@@ -184,6 +195,56 @@ class HFAgent(BatchedAgent):
             if keep and requests[r].session:
                 self._keep(requests[r].session, r, prompt, row[:n], attention_mask, getattr(out, CACHE_FIELD))
         return results
+
+    async def reask(self, obs: Observation, recorded: str) -> str:
+        if self.checker is not None:
+            messages = self.domain.chat_messages(obs, self.prompt)
+            if await self.checker.submit(_Recorded(messages, recorded)):
+                return recorded
+        return await super().reask(obs, recorded)
+
+    def confirm_batch(self, requests: list[_Recorded]) -> list[bool]:
+        """Whether greedy decoding would write each recorded reply (see the module docstring). The
+        reply was stripped of whitespace when recorded, so its tokens are tried as written, then,
+        for those not confirmed, after the space that models often open a reply with."""
+        confirmed = [False] * len(requests)
+        for opening in ("", " "):
+            todo = {i: opening + r.text for i, r in enumerate(requests) if not confirmed[i]}
+            for i, ok in self._confirm_tokens(todo, requests).items():
+                confirmed[i] = ok
+        return confirmed
+
+    def _confirm_tokens(self, texts: dict[int, str], requests: list[_Recorded]) -> dict[int, bool]:
+        """For request i, whether greedy decoding writes `texts[i]` tokenized, then an end id: the
+        prompts and replies left-padded into one forward pass, positions from the mask as in
+        `generate`, logits kept for the replies' positions and the one after them only."""
+        tok = self.tokenizer
+        replies: dict[int, list[int]] = {}
+        for i, text in texts.items():
+            reply = tok.encode(text, add_special_tokens=False)
+            if (len(reply) <= self.params.max_new_tokens and not set(reply) & set(self.eos_ids)
+                    and tok.decode(reply, skip_special_tokens=True).strip() == requests[i].text):
+                replies[i] = reply
+        if not replies:
+            return {}
+        rows = [prompt_ids(tok, requests[i].messages, self.prompt_budget) + reply for i, reply in replies.items()]
+        padded = tok.pad({"input_ids": rows}, padding=True, return_tensors="pt")  # left: see loading.py
+        mask = padded["attention_mask"].to(self.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=padded["input_ids"].to(self.device), attention_mask=mask,
+                                position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False,
+                                logits_to_keep=max(map(len, replies.values())) + 1).logits
+        found = {}
+        # Each reply ends at the right edge; the last pick is what the model writes after it.
+        for (i, reply), row in zip(replies.items(), logits.argmax(-1).tolist(), strict=True):
+            picks = row[len(row) - len(reply) - 1:]
+            found[i] = picks[:-1] == reply and (len(reply) == self.params.max_new_tokens or picks[-1] in self.eos_ids)
+        return found
+
+    async def aclose(self) -> None:
+        if self.checker is not None:
+            await self.checker.aclose()
+        await super().aclose()
 
     def _reusable(self, session: str, prompt: list[int]) -> tuple[int, _Prefix | None]:
         """How many leading tokens of `prompt` the session's kept prefix covers, and that prefix.
@@ -247,6 +308,36 @@ class HFAgent(BatchedAgent):
         self.prefixes.move_to_end(session)
         while len(self.prefixes) > self.keep_prefixes:
             self.prefixes.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    messages: list[dict[str, str]]  # the chat the model sees at the move
+    text: str  # the reply recorded there
+
+
+# Fields of a model's generation config that leave greedy decoding the argmax of the logits at
+# every step (token ids, output switches, sampling knobs that greedy ignores). Any other field set
+# (a repetition penalty, beams, forced or suppressed tokens) makes `reask` decode instead.
+_GREEDY_NEUTRAL = {
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "_from_model_config",
+    "transformers_version", "use_cache", "cache_implementation", "output_attentions", "output_hidden_states",
+    "output_scores", "output_logits", "return_dict_in_generate", "do_sample", "temperature", "top_p", "top_k",
+    "min_p", "typical_p", "max_length", "max_new_tokens",
+}
+
+
+def _greedy_is_argmax(model: Any) -> bool:
+    """Whether `generate`, greedy, takes the argmax of the raw logits at every step for `model`,
+    and its forward pass can keep the logits of the last positions only."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if "logits_to_keep" not in inspect.signature(base.forward).parameters:
+        return False
+    default, own = GenerationConfig().to_dict(), model.generation_config.to_dict()
+    changed = {k for k in default.keys() | own.keys() if default.get(k) != own.get(k)}
+    return changed <= _GREEDY_NEUTRAL
 
 
 @dataclass

@@ -24,7 +24,7 @@ async def replay(domain: Domain, scenario: Scenario, record: EpisodeRecord, max_
             for obs, turn in group:
                 n += 1
                 if turn.role in agents:
-                    said = (await agents[turn.role].act(obs)).text
+                    said = await agents[turn.role].reask(obs, turn.text)
                     if said != turn.text:
                         return (f"move {n} ({turn.role}, {record.agents.get(turn.role)}): recorded "
                                 f"{turn.text[:60]!r}, the agent says {said[:60]!r}")

@@ -28,11 +28,25 @@ from leaderboard_helpers import CARD, point_env, submit, write_track
 TESTS = Path(__file__).parent
 
 
+@pytest.fixture(scope="session")
+def _gguf_conversions() -> Path:
+    """The machine's GGUF conversions (a minute of CPU each the first time), shared by every test."""
+    from ibrl_bench.cache_home import cache_home
+
+    folder = cache_home() / "gguf"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @pytest.fixture(autouse=True)
-def _own_response_cache(tmp_path_factory, monkeypatch):
-    """Each test gets an empty response cache (runner/cache.py follows XDG_CACHE_HOME): a reply
-    cached by one test never stands in for a call another test counts, nor does the user's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+def _own_response_cache(tmp_path_factory, monkeypatch, _gguf_conversions):
+    """Each test gets an empty cache folder (ibrl_bench/cache_home.py): a reply cached by one test
+    never stands in for a call another test counts, nor does the user's. Its gguf/ is the machine's."""
+    home = tmp_path_factory.mktemp("xdg-cache")
+    (home / "ibrl-bench").mkdir()
+    (home / "ibrl-bench" / "gguf").symlink_to(_gguf_conversions, target_is_directory=True)
+    monkeypatch.delenv("IBRL_BENCH_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
 
 
 @pytest.fixture

@@ -72,6 +72,23 @@ def test_a_rerun_against_the_cache_makes_no_request_costs_nothing_and_counts_its
     assert all(c.usage["policy"].cost_usd == 0 and c.usage["policy"].calls == 0 for c in cells)
 
 
+def test_without_cache_the_replies_go_to_the_one_cache_folder(tmp_path, monkeypatch):
+    """$IBRL_BENCH_CACHE, else $XDG_CACHE_HOME/ibrl-bench: the folder GGUF conversions use too."""
+    from ibrl_bench.cache_home import cache_home
+
+    def play_one(folder):
+        asyncio.run(Crossplay(CrossplayConfig(policies=[remote(url)], counterparts=[CONCEDER], scenarios=1),
+                              folder).run())
+
+    with serve(make_app()) as url:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        play_one(tmp_path / "a")
+        assert (tmp_path / "xdg" / "ibrl-bench" / "responses.sqlite").is_file()
+        monkeypatch.setenv("IBRL_BENCH_CACHE", str(tmp_path / "mine"))
+        play_one(tmp_path / "b")
+    assert (tmp_path / "mine" / "responses.sqlite").is_file() and cache_home() == tmp_path / "mine"
+
+
 def test_a_reply_paid_twice_at_once_is_the_first_writers_in_both_processes(tmp_path):
     first, second = ResponseCache(tmp_path), ResponseCache(tmp_path)  # two processes' connections
     assert first.put("k", Cached("first", 1, 2, 0.5), "m") == Cached("first", 1, 2, 0.5)

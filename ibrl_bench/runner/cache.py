@@ -18,7 +18,6 @@ then use, so every later replay of that request agrees.
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -35,12 +34,6 @@ KEY_VERSION = 1  # bump when what goes into a key changes: old entries then simp
 # Spec parameters that change how a request travels or is billed, never what the model answers.
 TRANSPORT = {"concurrency", "timeout", "max_attempts", "backoff", "max_backoff", "key_env", "observation",
              "price_in", "price_out", "batch_size", "window_ms", "device", "prefix_cache", "kv_cache_gb"}
-
-
-def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/ibrl-bench, else ~/.cache/ibrl-bench."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ibrl-bench"
 
 
 def is_model_seat(seat: Seat) -> bool:

@@ -28,13 +28,13 @@ from pydantic import BaseModel
 
 from ibrl_bench.agents.base import Agent, Reply
 from ibrl_bench.agents.spec import parse_spec
+from ibrl_bench.cache_home import cache_home
 from ibrl_bench.domains.base import Observation
 from ibrl_bench.errors import UserError
 from ibrl_bench.runner.cache import (
     CACHE_FILE,
     TRANSPORT,
     ResponseCache,
-    default_cache_dir,
 )
 from ibrl_bench.runner.episode import play_episode
 from ibrl_bench.runner.metering import MeteredSeat
@@ -158,7 +158,7 @@ def estimate(runner, pilot: str | Path | None = None) -> Plan:
     seats = {spec: MeteredSeat(runner.seats[spec], runner.domain, None, None) for spec in model_specs}
     measured = pilot_measurements(pilot) if pilot else {}
     cache = None
-    folder = Path(config.cache_dir or default_cache_dir()).expanduser()
+    folder = Path(config.cache_dir or cache_home()).expanduser()
     if config.cache and model_specs and (folder / CACHE_FILE).is_file():
         cache = ResponseCache(folder)
     calls_at_limit = math.ceil(runner.max_turns / 2) + 1

@@ -15,12 +15,12 @@ from typing import Any
 from ibrl_bench.agents.base import Agent, Reply, Usage
 from ibrl_bench.agents.generation import request_seed
 from ibrl_bench.agents.spec import Seat
+from ibrl_bench.cache_home import cache_home
 from ibrl_bench.domains.base import DEFAULT_PROMPT, Domain, Observation
 from ibrl_bench.runner.budget import Budget, worst_call_cost
 from ibrl_bench.runner.cache import (
     Cached,
     ResponseCache,
-    default_cache_dir,
     is_greedy,
     is_model_seat,
     request_key,
@@ -100,7 +100,7 @@ class Metering:
     @classmethod
     def open(cls, config: Any, domain: Domain, budget: Budget | None) -> Metering:
         """The cache a CrossplayConfig names (`cache`, `cache_dir`), and the command's budget."""
-        cache = ResponseCache(config.cache_dir or default_cache_dir()) if config.cache else None
+        cache = ResponseCache(config.cache_dir or cache_home()) if config.cache else None
         return cls(domain, cache, budget)
 
     def seats(self, seats: dict[str, Seat]) -> dict[str, Seat]:

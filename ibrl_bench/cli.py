@@ -434,30 +434,16 @@ _format_option = click.option("--format", "fmt", type=click.Choice(["table", "cs
 
 
 def _open_run(paths: str | tuple[str, ...], roles: tuple[str, ...] = (), every_cell: str | None = None):
-    """The run (several folders of the same games read as one) and its episode table, narrowed to
-    `roles`. With `every_cell` (the command's name), a run that lacks a scored episode in some cell
-    of its matrix is refused rather than ranked without it. An unfinished run is named in a note on stderr."""
+    """The run (several folders of the same games read as one) and the episode table its analysis
+    reads (`Run.analysed`); an unfinished run is named in a note on stderr."""
     from ibrl_bench.runs import open_runs
 
     run = open_runs([paths] if isinstance(paths, str) else paths)
     with err_console.status(f"reading {run.name}"):  # a run of 100,000 episodes takes seconds
-        frame = run.frame
-    if frame.empty:
-        raise UserError(f"{run.name} holds no finished episode yet; run crossplay first")
-    for role in roles:
-        if role not in set(frame["policy_role"]):
-            raise UserError(f"role {role!r} is not in the run; roles: {', '.join(sorted(set(frame['policy_role'])))}")
-    missing = [cell for cell in run.missing_cells() if not roles or cell[2] in roles] if every_cell else []
-    if missing:
-        p, c, role = missing[0]
-        raise UserError(f"{every_cell} needs a score in every cell of the matrix, and {len(missing)} cell(s) have none "
-                        f"yet (the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay command "
-                        "with the same --out), or pass --role for the roles that are complete")
+        frame = run.analysed(roles, every_cell)
     note = run.unfinished()
     if note:
         err_console.print(f"[yellow]note: {escape(note)}[/yellow]", highlight=False)
-    if roles:
-        frame = frame[frame["policy_role"].isin(roles)]
     return run, frame
 
 
@@ -497,31 +483,13 @@ def compare(runs, a, b, kind, metric, roles, confidence, margin, as_json, fmt) -
     always agree), overall and per cell, with Holm-adjusted p-values across the cells.
     """
     from ibrl_bench.report import tables
-    from ibrl_bench.runs import resolve
     from ibrl_bench.stats.paired import compare as compare_stats
 
     r, frame = _open_run(runs, roles)
-    if kind is None:
-        in_p = [x for x in (a, b) if _resolves(x, r.policies)]
-        in_c = [x for x in (a, b) if _resolves(x, r.counterparts)]
-        kind = "policy" if len(in_p) == 2 else "counterpart" if len(in_c) == 2 else None
-        if kind is None:
-            raise UserError(f"{a} and {b} are not both policies nor both counterparts of the run; "
-                            f"policies: {', '.join(r.policies)}; counterparts: {', '.join(r.counterparts)}")
-    choices = r.policies if kind == "policy" else r.counterparts
-    a, b = resolve(a, choices, kind), resolve(b, choices, kind)
+    kind = kind or r.kind_of(a, b)
+    a, b = r.resolve(a, kind), r.resolve(b, kind)
     result = compare_stats(frame, a, b, kind=kind, metric=metric, confidence=confidence, margin=margin)
     _emit(result, tables.comparison(result), as_json, fmt)
-
-
-def _resolves(name: str, choices: list[str]) -> bool:
-    from ibrl_bench.runs import resolve
-
-    try:
-        resolve(name, choices, "")
-        return True
-    except UserError:
-        return False
 
 
 @cli.command()
@@ -707,8 +675,7 @@ def report(runs, metric, train_counterpart, policies, reference, max_episodes, o
     # A run of 100,000 episodes takes a while: the stage in progress is shown on a terminal.
     with err_console.status("report: reading the run") as status:
         r = open_runs(runs)
-        if r.frame.empty:
-            raise UserError(f"{r.name} holds no finished episode yet; run crossplay first")
+        r.analysed()  # refuses a run without a finished episode
         options = ReportOptions(
             metric=metric,
             train_counterpart=r.resolve(train_counterpart, "counterpart") if train_counterpart else None,

@@ -171,6 +171,34 @@ class Run:
         choices = self.policies if kind == "policy" else self.counterparts
         return resolve(name, choices, kind)
 
+    def kind_of(self, a: str, b: str) -> str:
+        """"policy" or "counterpart": what both names are in this run (refused when neither)."""
+        for kind, choices in (("policy", self.policies), ("counterpart", self.counterparts)):
+            if all(_resolves(x, choices) for x in (a, b)):
+                return kind
+        raise UserError(f"{a} and {b} are not both policies nor both counterparts of the run; "
+                        f"policies: {', '.join(self.policies)}; counterparts: {', '.join(self.counterparts)}")
+
+    def analysed(self, roles: Sequence[str] = (), every_cell: str | None = None) -> pd.DataFrame:
+        """The episode table an analysis reads, narrowed to `roles`. Refused in one line when the
+        run holds no finished episode or lacks a role, and, with `every_cell` (the name of the
+        asking command), when some cell of its matrix has no scored episode yet rather than being
+        analysed without it."""
+        frame = self.frame
+        if frame.empty:
+            raise UserError(f"{self.name} holds no finished episode yet; run crossplay first")
+        for role in roles:
+            if role not in set(frame["policy_role"]):
+                raise UserError(f"role {role!r} is not in the run; roles: "
+                                f"{', '.join(sorted(set(frame['policy_role'])))}")
+        missing = [cell for cell in self.missing_cells() if not roles or cell[2] in roles] if every_cell else []
+        if missing:
+            p, c, role = missing[0]
+            raise UserError(f"{every_cell} needs a score in every cell of the matrix, and {len(missing)} cell(s) have "
+                            f"none yet (the first: {p} vs {c}, policy as {role}); finish the run (rerun its crossplay "
+                            "command with the same --out), or pass --role for the roles that are complete")
+        return frame[frame["policy_role"].isin(roles)] if roles else frame
+
 
 # What makes two run folders play the same games: the same domain, the split's scenario set (its
 # scenario ids and contents, by content hash, and how many of them), the same seeds and turn limit.
@@ -276,6 +304,14 @@ def open_runs(folders: Sequence[str | Path]) -> Run:
     unique = {Path(f).resolve(): f for f in reversed(folders)}  # a folder named twice counts once
     runs = [Run(unique[key]) for key in dict.fromkeys(Path(f).resolve() for f in folders)]
     return runs[0] if len(runs) == 1 else CombinedRun(runs)
+
+
+def _resolves(name: str, choices: list[str]) -> bool:
+    try:
+        resolve(name, choices, "")
+        return True
+    except UserError:
+        return False
 
 
 def resolve(name: str, choices: list[str], kind: str) -> str:

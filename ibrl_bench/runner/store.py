@@ -387,7 +387,7 @@ class RunStore:
         entries, used, fresh, self._end, self._crc = self._summaries()
         with open(self.summaries_path, "ab") as f:
             f.truncate(used)
-            f.write(b"".join(_entry_line(e) for e in fresh))
+            f.write(b"".join(_entry_line(_row_text(e), *e["log"]) for e in fresh))
         self._summaries_fd = os.open(self.summaries_path, os.O_WRONLY | os.O_APPEND)
         return _newest(entries + fresh)
 
@@ -422,7 +422,7 @@ class RunStore:
         # next reader parses that line and the next `open` adds its entry.
         at, self._end, self._crc = self._end, self._end + len(line), zlib.crc32(line, self._crc)
         if self._summaries_fd is not None:
-            os.write(self._summaries_fd, f'{scrub(row)[:-1]},"log":[{at},{self._end},{self._crc}]}}\n'.encode())
+            os.write(self._summaries_fd, _entry_line(scrub(row), at, self._end, self._crc))
         self._appended += 1
         now = time.monotonic()
         if now - self._last_sync >= 1.0:
@@ -463,10 +463,13 @@ ENTRY_KEYS = frozenset(["key", "policy", "counterpart", "policy_role", "scenario
 
 def row_json(line: str) -> str:
     """The row of the episode table of a record's JSON line, as JSON: its sidecar entry, less where
-    the line lies (`append_line` adds that as the entry's last field, as `_entry_line` writes it).
-    Read back from the line, so the row holds the values the log holds (a NaN score is the log's
-    null), as a reader of the log alone finds them."""
-    return json.dumps(episode_row(EpisodeSummary.model_validate_json(line)), separators=(",", ":"))
+    the line lies (`_entry_line` adds that). Read back from the line, so the row holds the values
+    the log holds (a NaN score is the log's null), as a reader of the log alone finds them."""
+    return _row_text(episode_row(EpisodeSummary.model_validate_json(line)))
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in row.items() if k != "log"}, separators=(",", ":"))
 
 
 def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, Any]:
@@ -475,8 +478,10 @@ def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, An
     return {**episode_row(summary), "log": [at, end, crc]}
 
 
-def _entry_line(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+def _entry_line(row: str, at: int, end: int, crc: int) -> bytes:
+    """The sidecar line of an episode: its row's JSON text (`row_json`) with where its line lies in
+    the log as the last field. The one writer of the format, for appends and for rebuilds alike."""
+    return f'{row[:-1]},"log":[{at},{end},{crc}]}}\n'.encode()
 
 
 def _newest(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -329,14 +329,14 @@ def fresh_scenarios(scenarios: Any, steps: int, per_step: int, count: int, seed:
     if len(scenarios.scenarios) - len(drawn) < count:
         raise UserError(f"the train split holds {len(scenarios.scenarios) - len(drawn)} scenarios that no RL step "
                         f"drew, fewer than eval_scenarios={count}; lower eval_scenarios or the RL steps")
-    fresh: list[Any] = []
+    fresh: dict[str, Any] = {}  # by id, in the order found
     position = (steps + 1) * per_step
     while len(fresh) < count:
         (s,) = step_scenarios(scenarios, position, 1, seed)  # one scenario a "step": the order's position
-        if s.id not in drawn and all(s.id != f.id for f in fresh):
-            fresh.append(s)
+        if s.id not in drawn:
+            fresh.setdefault(s.id, s)
         position += 1
-    return fresh
+    return list(fresh.values())
 
 
 def learning(config: MiniatureConfig, folder: Path, state: dict[str, Any]) -> dict[str, Any]:

@@ -244,7 +244,11 @@ def show(run: str, fmt: str) -> None:
     r = Run(run)
     with err_console.status(f"reading {run}"):  # a run of 100,000 episodes takes seconds
         if r.saved_results() is None:  # never written, or stale: the log holds other episodes than it counts
-            r.store.write_results(r.results)  # recomputed from the episodes
+            try:
+                r.store.write_results(r.results)  # recomputed from the episodes
+            except OSError as e:  # a folder shown read-only (another user's, a mounted archive)
+                err_console.print(f"note: results.json not updated ({e.strerror}: {e.filename}); "
+                                  "the table is recomputed from the episodes", highlight=False, markup=False)
     if fmt != "table":
         from ibrl_bench.report.export import cell_table
 

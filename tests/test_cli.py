@@ -63,6 +63,16 @@ def test_show_recomputes_a_run_that_never_finished(ibrl, scripted_run_copy):
     assert json.loads((out / "results.json").read_text())["complete"]
 
 
+def test_show_of_a_folder_it_cannot_write_prints_the_table_and_says_so(ibrl, scripted_run_copy):
+    out = scripted_run_copy
+    (out / "results.json").unlink()
+    (out / "results.json.tmp").mkdir()  # the write fails (as on a read-only folder, which root ignores)
+    proc = ibrl("show", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert " fair " in proc.stdout and "note: results.json not updated" in proc.stderr
+    assert not (out / "results.json").exists()
+
+
 def test_play_prints_one_episode_turn_by_turn(ibrl):
     proc = ibrl("play", "--policy", "scripted:dealnodeal/boulware", "--counterpart", "scripted:dealnodeal/fair",
                 "--scenario", "3", "--seed", "1")

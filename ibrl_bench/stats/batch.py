@@ -52,11 +52,14 @@ def matrix_metrics(frame: pd.DataFrame, cell_columns: list[str], confidence: flo
     unknown = sorted(set(pd.unique(frame["status"])) - set(STATUSES))
     if unknown:
         raise ValueError(f"unknown episode status(es) {unknown}; expected one of {list(STATUSES)}")
-    groups = frame.groupby(cell_columns, sort=False)
-    keys = list(groups.groups)
-    if not keys:
+    if frame.empty:
         return {}
-    cell = groups.ngroup().to_numpy()
+    # Cell numbers in order of first appearance, and each number's key read from its first row.
+    # (`groupby(..., sort=False).groups` lists its keys sorted in pandas 2, while `ngroup` numbers
+    # them by appearance: pairing the two gave cells each other's numbers.)
+    cell = frame.groupby(cell_columns, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(cell, return_index=True)[1]
+    keys = list(frame[cell_columns].iloc[first].itertuples(index=False, name=None))
     scenario, uniques = pd.factorize(frame["scenario_id"].astype(str), sort=True)
     scored = (frame["status"] != "error").to_numpy()
     table = frame[scored]

@@ -8,7 +8,7 @@ import logging
 import math
 import sys
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -137,7 +137,7 @@ def crossplay(domain, policies, counterparts, panels, roles, split, scenarios, c
         err_console.print(f"[dim]{matrix.demo}[/dim]")
     if out is not None and not out.strip():
         raise UserError("--out is empty; give the run folder, or leave --out out for runs/crossplay-TIME")
-    out = out or f"runs/crossplay-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
+    out = out or f"runs/crossplay-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     if dry_run:
         from ibrl_bench.runner.dryrun import dry_run_report
 

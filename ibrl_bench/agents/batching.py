@@ -102,7 +102,7 @@ class Batcher(Generic[T, R]):
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), left)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             batch = [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
             batch = [r for r in batch if not r.future.done()]  # drop requests whose episode gave up

@@ -9,7 +9,7 @@ complete run: an episode that ended in an infrastructure error must be retried f
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ibrl_bench.errors import UserError
@@ -53,7 +53,7 @@ def default_run_folder(track: Track, name: str) -> Path:
 
 
 def default_bundle_folder(track: Track, name: str, root: Path | None = None) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return track_folder(track.id, root) / SUBMISSIONS / f"{slug(name)}-{stamp}"
 
 

@@ -163,6 +163,8 @@ def _decodes_greedily_here(kind: str, params: dict) -> tuple[bool, str]:
         return False, "not re-asked: sampled decoding"
     if kind == "vllm" and importlib.util.find_spec("vllm") is None:
         return False, "not re-asked: vLLM is not installed here"
+    if kind == "hf" and any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        return False, "not re-asked: torch and transformers (the [hf] extra) are not installed here"
     return True, ""
 
 

@@ -130,10 +130,8 @@ def adapter_folder(adapter: str | None) -> Path | None:
 
 def conversion_key(gguf: Path, converter_version: str) -> str:
     """What a conversion depends on: the file's bytes and the converting transformers' version."""
-    digest = hashlib.sha256()
-    with gguf.open("rb") as f:  # hashlib.file_digest is 3.11+; the project supports 3.10
-        while block := f.read(1 << 20):
-            digest.update(block)
+    with gguf.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256")
     return hashlib.sha256(f"{digest.hexdigest()}|{converter_version}".encode()).hexdigest()[:16]
 
 

@@ -19,7 +19,7 @@ import json
 import math
 import zlib
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
@@ -482,7 +482,7 @@ def _methods(page: _Page, rank: Rankings | None, extra: list[str]) -> str:
         items.append(("Nash solver", rank.nash.solver))
     items += [("note", x) for x in extra]
     items.append(("produced by", f"ibrl-bench {__version__}, "
-                                 f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
+                                 f"{datetime.now(UTC).isoformat(timespec='seconds')}; "
                                  "heatmap.png sits next to this file"))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items)
     return f'<section id="methods"><h2>Methods</h2><dl class="methods">{dl}</dl></section>'

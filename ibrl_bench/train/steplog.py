@@ -28,7 +28,7 @@ import json
 import logging
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ class StepLog:
             raise ValueError(f"step {step} logged after step {self.last_step}; steps must increase within one log")
         record = {
             "step": step,
-            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "time": datetime.now(UTC).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - self._start, 3),
             **{k: _plain(v) for k, v in metrics.items()},
         }

@@ -387,7 +387,8 @@ class RunStore:
         entries, used, fresh, self._end, self._crc = self._summaries()
         with open(self.summaries_path, "ab") as f:
             f.truncate(used)
-            f.write(b"".join(_entry_line(_row_text(e), *e["log"]) for e in fresh))
+            f.write(b"".join(_entry_line(_row_text({k: v for k, v in e.items() if k != "log"}), *e["log"])
+                             for e in fresh))
         self._summaries_fd = os.open(self.summaries_path, os.O_WRONLY | os.O_APPEND)
         return _newest(entries + fresh)
 
@@ -469,7 +470,7 @@ def row_json(line: str) -> str:
 
 
 def _row_text(row: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in row.items() if k != "log"}, separators=(",", ":"))
+    return json.dumps(row, separators=(",", ":"))
 
 
 def _entry(summary: EpisodeSummary, at: int, end: int, crc: int) -> dict[str, Any]:

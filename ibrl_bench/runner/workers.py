@@ -312,10 +312,9 @@ def _cannot_start(why: str) -> str:
 
 async def _feed(ray, starting: dict[asyncio.Future, object], chunks: Chunks, tally,
                 abort: list[BaseException], progress: Progress) -> None:
-    """Send each worker IN_HAND chunks once it is ready (`starting`: its start, done when ready),
-    and another each time it returns one."""
+    """Send each worker IN_HAND chunks once it is ready (`starting`: its start, done when ready;
+    emptied as workers become ready), and another each time it returns one."""
     in_flight: dict[asyncio.Future, tuple[object, list]] = {}
-    starting = dict(starting)
 
     def send(worker) -> None:
         if chunks:
